@@ -1,0 +1,195 @@
+/* lazyc: a lazy-tensor training runtime.
+ *
+ * Every op records an IR node instead of computing. A step barrier
+ * (lz_mark_step) cuts all pending IR into one graph, hashes it, finds or
+ * compiles an executable and runs it asynchronously on the executor thread.
+ * Reading a value on the host is the only call that waits.
+ *
+ * Conventions:
+ *  - a function returning lz_tensor* returns a new handle the caller owns
+ *    (drop it with lz_free, or let the enclosing scope drop it);
+ *  - on error an op returns NULL and lz_last_error() says why; a NULL operand
+ *    gives NULL, so a chain of ops can be checked once at its end;
+ *  - functions returning int return 0 on success and -1 on error.
+ */
+#ifndef LAZYC_H
+#define LAZYC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LZ_MAX_DIMS 8
+
+typedef struct lz_tensor lz_tensor; /* opaque handle */
+typedef struct lz_fn     lz_fn;     /* a captured step function */
+typedef enum { LZ_F32, LZ_I64, LZ_I32 } lz_dtype;
+
+/* ---- tensors -------------------------------------------------------- */
+
+/* Copies data (row-major) to a new device buffer: a data leaf. */
+lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
+lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
+/* A tensor filled with value, as data (never a constant in the graph). */
+lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
+/* 0-d f32 *data*, never a baked constant: changing it never recompiles. */
+lz_tensor *lz_scalar(float value);
+/* Another reference to the same tensor; lz_free each one. */
+lz_tensor *lz_retain(lz_tensor *t);
+void       lz_free(lz_tensor *t);
+int        lz_ndim(const lz_tensor *t);
+int64_t    lz_dim(const lz_tensor *t, int axis);   /* negative axis counts from the end */
+int64_t    lz_numel(const lz_tensor *t);
+lz_dtype   lz_tensor_dtype(const lz_tensor *t);
+size_t     lz_dtype_size(lz_dtype dtype);
+/* 1 if the tensor has pending IR, 0 if it is data. */
+int        lz_is_pending(const lz_tensor *t);
+/* Waits for the tensor's value (syncing it alone if pending) and copies it;
+   nbytes must equal numel * dtype size. */
+int        lz_to_host(lz_tensor *t, void *dst, size_t nbytes);
+/* Value of a 1-element tensor as float; NAN + error on failure. */
+float      lz_item(lz_tensor *t);
+/* Overwrites a data tensor's buffer from the host (same shape and dtype);
+   a pending tensor gets a fresh buffer. Used to feed a new batch. */
+int        lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes);
+
+/* ---- scopes: free every handle made inside except the kept ones ------ */
+
+void       lz_scope_begin(void);
+/* Drops every handle created since the matching lz_scope_begin that was not
+   kept; kept handles move to the enclosing scope (or to the caller). */
+void       lz_scope_end(void);
+/* Marks t to outlive the innermost scope; returns t. */
+lz_tensor *lz_keep(lz_tensor *t);
+
+/* ---- element-wise ops (numpy broadcasting, f32 unless said) ---------- */
+
+lz_tensor *lz_add(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_sub(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_mul(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_div(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_maximum(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_neg(lz_tensor *x);
+lz_tensor *lz_exp(lz_tensor *x);
+lz_tensor *lz_log(lz_tensor *x);
+lz_tensor *lz_sqrt(lz_tensor *x);
+lz_tensor *lz_rsqrt(lz_tensor *x);
+lz_tensor *lz_pow(lz_tensor *x, float exponent);   /* exponent is part of the op */
+lz_tensor *lz_tanh(lz_tensor *x);
+lz_tensor *lz_sigmoid(lz_tensor *x);
+lz_tensor *lz_relu(lz_tensor *x);
+lz_tensor *lz_gelu(lz_tensor *x);                  /* erf form, like torch's default */
+/* Comparisons give an f32 tensor of 0 and 1 and carry no gradient. */
+lz_tensor *lz_gt(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_lt(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_ge(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_le(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_eq(lz_tensor *a, lz_tensor *b);
+/* cond != 0 ? a : b, broadcasting all three. */
+lz_tensor *lz_where(lz_tensor *cond, lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
+
+/* ---- reductions ------------------------------------------------------ */
+
+lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
+lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
+lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
+lz_tensor *lz_mean_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
+lz_tensor *lz_max_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
+
+/* ---- shape ----------------------------------------------------------- */
+
+/* One entry of shape may be -1 (inferred). */
+lz_tensor *lz_reshape(lz_tensor *x, int ndim, const int64_t *shape);
+lz_tensor *lz_permute(lz_tensor *x, const int *perm);
+lz_tensor *lz_transpose(lz_tensor *x, int axis0, int axis1);
+lz_tensor *lz_expand(lz_tensor *x, int ndim, const int64_t *shape);
+/* Elements [start, end) of axis; negative indices count from the end. */
+lz_tensor *lz_slice(lz_tensor *x, int axis, int64_t start, int64_t end);
+lz_tensor *lz_cat(lz_tensor *const *xs, int n, int axis);
+
+/* ---- linear algebra and losses --------------------------------------- */
+
+/* Batched matrix product; batch dimensions broadcast; 1-d operands follow
+   numpy's rules. */
+lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b);
+lz_tensor *lz_softmax(lz_tensor *x, int axis);
+lz_tensor *lz_log_softmax(lz_tensor *x, int axis);
+/* logits [N, C] f32, target [N] i64 or i32 class indices -> 0-d mean loss. */
+lz_tensor *lz_cross_entropy(lz_tensor *logits, lz_tensor *target);
+
+/* ---- step boundaries ------------------------------------------------- */
+
+/* Cuts every live tensor's pending IR into one graph and enqueues it.
+   Returns at once; with nothing pending it touches nothing. */
+void lz_mark_step(void);
+/* Syncs the chosen tensors (one graph); wait != 0 also waits for them. */
+int  lz_sync(lz_tensor *const *ts, int n, int wait);
+/* Waits for every enqueued execution; -1 + error if one of them failed. */
+int  lz_wait(void);
+/* Eager mode: every op executes as soon as it is recorded (same kernels).
+   Also switched on by LZ_EAGER=1 in the environment. */
+void lz_set_eager(int on);
+int  lz_is_eager(void);
+
+/* ---- autograd and in-place update ------------------------------------ */
+
+void       lz_requires_grad(lz_tensor *t, int on);
+/* Accumulates d(loss)/d(leaf) into the grad of every leaf that requires
+   grad; loss must have one element. Frees the recorded graph. */
+int        lz_backward(lz_tensor *loss);
+lz_tensor *lz_grad(lz_tensor *t);                  /* borrowed; NULL if none */
+/* Drops t's grad, so the next backward starts from zero. */
+void       lz_zero_grad(lz_tensor *t);
+/* dst takes src's value, lazily (same shape and dtype). */
+int        lz_assign(lz_tensor *dst, lz_tensor *src);
+/* Ops recorded between these make no autograd record (optimizer updates). */
+void       lz_no_grad_begin(void);
+void       lz_no_grad_end(void);
+
+/* ---- optimizers ------------------------------------------------------ */
+
+typedef struct lz_sgd lz_sgd;
+typedef struct lz_sgd_opts {
+    float lr, momentum, dampening, weight_decay;
+    int   nesterov;
+} lz_sgd_opts;
+/* SGD as in torch.optim.SGD; lr, momentum and weight decay are 0-d data. */
+lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts);
+void    lz_sgd_set_lr(lz_sgd *opt, float lr);      /* never recompiles */
+int     lz_sgd_step(lz_sgd *opt);                  /* records the update */
+void    lz_sgd_zero_grad(lz_sgd *opt);
+void    lz_sgd_free(lz_sgd *opt);
+
+/* ---- capture: trace a step once, replay it ---------------------------- */
+
+/* fn records ops on in[0..n_in) and stores n_out new tensors in out */
+typedef int (*lz_step_fn)(void *ctx, lz_tensor *const *in, lz_tensor **out);
+lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out);
+int    lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out);
+void   lz_fn_free(lz_fn *f);
+
+/* ---- metrics: counters since the last reset -------------------------- */
+
+typedef struct lz_metrics {
+    int64_t mark_steps, graphs, executions, compiles, cache_hits;
+    int64_t ir_nodes, transfers_to_device, transfers_from_device, host_waits;
+    int64_t capture_replays, capture_fallbacks, peak_bytes;
+    double  trace_ms, compile_ms, execute_ms, wait_ms;
+} lz_metrics;
+lz_metrics lz_metrics_get(void);
+void       lz_metrics_reset(void);
+char      *lz_metrics_report(void);               /* text; caller frees */
+
+/* ---- errors ---------------------------------------------------------- */
+
+const char *lz_last_error(void);                   /* NULL when none */
+void        lz_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* Autograd records: which tensors need gradients and how each was made. */
+#include "autograd/autograd.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int no_grad_depth;
+
+void lz_no_grad_begin(void) { no_grad_depth++; }
+void lz_no_grad_end(void) { if (no_grad_depth) no_grad_depth--; }
+int  lz_grad_enabled(void) { return no_grad_depth == 0; }
+
+int lz_needs_grad(const lz_tensor *t) { return t && (t->requires_grad || t->ag); }
+
+void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
+                  int n_in, lz_tensor *const *in, const lz_attrs *attrs)
+{
+    if (!out || !lz_grad_enabled()) return;
+    int any = 0;
+    for (int i = 0; i < n_in; i++) any |= lz_needs_grad(in[i]);
+    if (!any) return;
+    lz_ag *ag = calloc(1, sizeof *ag + sizeof(lz_tensor *) * (size_t)n_in);
+    assert(ag);
+    ag->backward = fn;
+    ag->name = name;
+    if (attrs) ag->attrs = *attrs;
+    ag->n_in = n_in;
+    for (int i = 0; i < n_in; i++) {
+        ag->in[i] = in[i];
+        lz_tensor_ref(in[i]);
+    }
+    if (out->ag) lz_ag_free(out->ag);
+    out->ag = ag;
+}
+
+void lz_ag_free(lz_ag *ag)
+{
+    for (int i = 0; i < ag->n_in; i++) lz_tensor_unref(ag->in[i]);
+    free(ag);
+}
+
+void lz_requires_grad(lz_tensor *t, int on)
+{
+    if (t) t->requires_grad = on != 0;
+}
+
+lz_tensor *lz_grad(lz_tensor *t) { return t ? t->grad : NULL; }
+
+void lz_zero_grad(lz_tensor *t)
+{
+    if (!t || !t->grad) return;
+    lz_tensor_unref(t->grad);
+    t->grad = NULL;
+}

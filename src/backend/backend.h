@@ -1,0 +1,28 @@
+/* The backend contract: buffers, compiling a program, running it.
+ * Small enough that another device needs no change to core, ops or
+ * autograd. */
+#ifndef LZ_BACKEND_H
+#define LZ_BACKEND_H
+
+#include "compile/program.h"
+
+typedef struct lz_backend_exec lz_backend_exec;
+
+typedef struct lz_backend {
+    const char *name;
+    void *(*alloc)(size_t nbytes);
+    void  (*free)(void *p, size_t nbytes);
+    void  (*to_device)(void *dst, const void *src, size_t nbytes);
+    void  (*to_host)(void *dst, const void *src, size_t nbytes);
+    /* Prepares kernels for p (which outlives the result). NULL + error. */
+    lz_backend_exec *(*prepare)(const lz_program *p);
+    /* Runs on the executor thread. ptrs[v] is value v's memory. Returns NULL
+       or a message naming the failing op. */
+    const char *(*run)(lz_backend_exec *e, void *const *ptrs);
+    void  (*release)(lz_backend_exec *e);
+} lz_backend;
+
+const lz_backend *lz_backend_cpu(void);
+const lz_backend *lz_backend_current(void);
+
+#endif

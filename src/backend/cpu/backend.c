@@ -1,0 +1,61 @@
+/* The CPU backend: host memory as device memory, kernels picked once per
+ * executable at compile time. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+
+struct lz_backend_exec {
+    const lz_program *prog;
+    lz_kernel kernels[];     /* one per step */
+};
+
+static void *cpu_alloc(size_t nbytes)
+{
+    /* 64-byte alignment for vector loads; aligned_alloc needs a multiple */
+    return aligned_alloc(64, (nbytes + 63) / 64 * 64);
+}
+
+static void cpu_free(void *p, size_t nbytes) { (void)nbytes; free(p); }
+static void cpu_copy(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
+
+static lz_backend_exec *cpu_prepare(const lz_program *p)
+{
+    lz_backend_exec *e = malloc(sizeof *e + sizeof(lz_kernel) * (size_t)(p->n_steps + 1));
+    if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_steps);
+    e->prog = p;
+    for (int i = 0; i < p->n_steps; i++) {
+        e->kernels[i] = lz_cpu_kernel_for((lz_op)p->steps[i].op);
+        if (!e->kernels[i]) {
+            free(e);
+            return lz_errorf("cpu backend: no kernel for op %s", lz_op_name((lz_op)p->steps[i].op));
+        }
+    }
+    return e;
+}
+
+static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
+{
+    const lz_program *p = e->prog;
+    for (int i = 0; i < p->n_steps; i++) {
+        const char *err = e->kernels[i](p, &p->steps[i], ptrs);
+        if (err) return err;
+    }
+    return NULL;
+}
+
+static void cpu_release(lz_backend_exec *e) { free(e); }
+
+const lz_backend *lz_backend_cpu(void)
+{
+    static const lz_backend cpu = {
+        .name = "cpu", .alloc = cpu_alloc, .free = cpu_free,
+        .to_device = cpu_copy, .to_host = cpu_copy,
+        .prepare = cpu_prepare, .run = cpu_run, .release = cpu_release,
+    };
+    return &cpu;
+}
+
+const lz_backend *lz_backend_current(void) { return lz_backend_cpu(); }

@@ -1,0 +1,329 @@
+/* CPU kernels for matmul (oneDNN sgemm), softmax, log_softmax, their
+ * gradients and cross-entropy. */
+#include <dnnl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+#define PAR_MIN 32768   /* below this many elements OpenMP costs more than it saves */
+/* Products this small (M*N*K), or batches this many, run one per thread:
+   splitting each small product across the team costs more in fork/join than
+   it gains. Inside the parallel loop sgemm sees it is nested and runs on the
+   calling thread alone. */
+#define SMALL_GEMM_MNK (1 << 20)
+#define MANY_GEMMS 8
+
+/* ---- matmul ------------------------------------------------------------- */
+
+/* Per-batch-axis strides, in matrices, of v's batch dims aligned to out's
+   (0 where v is broadcast). */
+static void batch_strides(const lz_value *v, const lz_value *out, int64_t *st)
+{
+    int nbo = out->ndim - 2, nbv = v->ndim - 2, off = nbo - nbv;
+    int64_t s = 1;
+    for (int d = nbo - 1; d >= 0; d--) {
+        int vd = d - off;
+        if (vd < 0) { st[d] = 0; continue; }
+        st[d] = v->shape[vd] == 1 && out->shape[d] != 1 ? 0 : s;
+        s *= v->shape[vd];
+    }
+}
+
+static int64_t batch_numel(const lz_value *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim - 2; d++) n *= v->shape[d];
+    return n;
+}
+
+static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const lz_value *va = &p->values[s->in[0]], *vb = &p->values[s->in[1]];
+    const lz_value *vo = &p->values[s->out];
+    const float *A = ptrs[s->in[0]], *B = ptrs[s->in[1]];
+    float *C = ptrs[s->out];
+    const int64_t M = vo->shape[vo->ndim - 2], N = vo->shape[vo->ndim - 1];
+    const int64_t K = va->shape[va->ndim - 1];
+    const int64_t nbatch = batch_numel(vo);
+    if (vo->numel == 0) return NULL;
+    if (K == 0) {
+        memset(C, 0, vo->nbytes);
+        return NULL;
+    }
+    /* A batch of a against one shared b is one tall product. */
+    if (batch_numel(vb) == 1 && batch_numel(va) == nbatch) {
+        if (dnnl_sgemm('N', 'N', nbatch * M, N, K, 1.0f, A, K, B, N, 0.0f, C, N) != dnnl_success)
+            return "lz_matmul: dnnl_sgemm failed";
+        return NULL;
+    }
+    int nbd = vo->ndim - 2;
+    int64_t sa[LZ_MAX_DIMS], sb[LZ_MAX_DIMS];
+    batch_strides(va, vo, sa);
+    batch_strides(vb, vo, sb);
+    int failed = 0;
+    const int per_thread = nbatch > 1 && ((double)M * N * K <= SMALL_GEMM_MNK || nbatch >= MANY_GEMMS);
+    #pragma omp parallel for schedule(static) if (per_thread) reduction(|:failed)
+    for (int64_t bi = 0; bi < nbatch; bi++) {
+        int64_t oa = 0, ob = 0, r = bi;
+        for (int d = nbd - 1; d >= 0; d--) {
+            int64_t idx = r % vo->shape[d];
+            r /= vo->shape[d];
+            oa += idx * sa[d];
+            ob += idx * sb[d];
+        }
+        if (dnnl_sgemm('N', 'N', M, N, K, 1.0f, A + oa * M * K, K, B + ob * K * N, N, 0.0f,
+                       C + bi * M * N, N) != dnnl_success)
+            failed = 1;
+    }
+    return failed ? "lz_matmul: dnnl_sgemm failed" : NULL;
+}
+
+/* ---- softmax family ----------------------------------------------------- */
+
+/* A softmax-like op works on `w` independent vectors of length n, element
+   i of vector c at [i * inner + c]. Column blocks keep the strided case
+   (an axis other than the last) streaming through rows. */
+#define COLS 64
+
+typedef void (*axis_fn)(const float *x, const float *g, float *y, int64_t n, int64_t inner, int w);
+
+static void softmax_cols(const float *x, const float *g, float *y, int64_t n, int64_t inner, int w)
+{
+    (void)g;
+    float mx[COLS], sm[COLS];
+    for (int c = 0; c < w; c++) { mx[c] = -INFINITY; sm[c] = 0; }
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) mx[c] = fmaxf(mx[c], x[i * inner + c]);
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) {
+            float e = expf(x[i * inner + c] - mx[c]);
+            y[i * inner + c] = e;
+            sm[c] += e;
+        }
+    for (int c = 0; c < w; c++) sm[c] = 1.0f / sm[c];
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) y[i * inner + c] *= sm[c];
+}
+
+static void log_softmax_cols(const float *x, const float *g, float *y, int64_t n, int64_t inner, int w)
+{
+    (void)g;
+    float mx[COLS], sm[COLS];
+    for (int c = 0; c < w; c++) { mx[c] = -INFINITY; sm[c] = 0; }
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) mx[c] = fmaxf(mx[c], x[i * inner + c]);
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) sm[c] += expf(x[i * inner + c] - mx[c]);
+    /* (x - max) - log(sum) keeps the precision that x - (max + log(sum))
+       loses when max is large */
+    for (int c = 0; c < w; c++) sm[c] = logf(sm[c]);
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) y[i * inner + c] = (x[i * inner + c] - mx[c]) - sm[c];
+}
+
+/* dx = y * (g - sum(g * y)) */
+static void softmax_grad_cols(const float *yv, const float *g, float *dx, int64_t n, int64_t inner, int w)
+{
+    float sm[COLS];
+    for (int c = 0; c < w; c++) sm[c] = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) sm[c] += g[i * inner + c] * yv[i * inner + c];
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++)
+            dx[i * inner + c] = yv[i * inner + c] * (g[i * inner + c] - sm[c]);
+}
+
+/* dx = g - exp(y) * sum(g), y = log_softmax(x) */
+static void log_softmax_grad_cols(const float *yv, const float *g, float *dx, int64_t n, int64_t inner, int w)
+{
+    float sm[COLS];
+    for (int c = 0; c < w; c++) sm[c] = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) sm[c] += g[i * inner + c];
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < w; c++)
+            dx[i * inner + c] = g[i * inner + c] - expf(yv[i * inner + c]) * sm[c];
+}
+
+/* Contiguous rows (the last axis): the same maths, vectorisable over i. */
+static void softmax_row(const float *x, const float *g, float *y, int64_t n)
+{
+    (void)g;
+    float mx = -INFINITY, sm = 0;
+    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
+    for (int64_t i = 0; i < n; i++) { y[i] = expf(x[i] - mx); sm += y[i]; }
+    float inv = 1.0f / sm;
+    for (int64_t i = 0; i < n; i++) y[i] *= inv;
+}
+
+static void log_softmax_row(const float *x, const float *g, float *y, int64_t n)
+{
+    (void)g;
+    float mx = -INFINITY, sm = 0;
+    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
+    for (int64_t i = 0; i < n; i++) sm += expf(x[i] - mx);
+    float ls = logf(sm);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - ls;
+}
+
+static void softmax_grad_row(const float *yv, const float *g, float *dx, int64_t n)
+{
+    float sm = 0;
+    for (int64_t i = 0; i < n; i++) sm += g[i] * yv[i];
+    for (int64_t i = 0; i < n; i++) dx[i] = yv[i] * (g[i] - sm);
+}
+
+static void log_softmax_grad_row(const float *yv, const float *g, float *dx, int64_t n)
+{
+    float sm = 0;
+    for (int64_t i = 0; i < n; i++) sm += g[i];
+    for (int64_t i = 0; i < n; i++) dx[i] = g[i] - expf(yv[i]) * sm;
+}
+
+typedef void (*row_fn)(const float *x, const float *g, float *y, int64_t n);
+
+static const char *run_axis(const lz_program *p, const lz_step *s, void *const *ptrs,
+                            row_fn row, axis_fn cols)
+{
+    const lz_value *vo = &p->values[s->out];
+    int axis = (int)s->iattr[0];
+    if (vo->ndim == 0) axis = 0;
+    const float *x = ptrs[s->in[0]];
+    const float *g = s->n_in > 1 ? ptrs[s->in[1]] : NULL;
+    float *y = ptrs[s->out];
+    int64_t outer = 1, inner = 1, n = vo->ndim ? vo->shape[axis] : 1;
+    for (int d = 0; d < axis; d++) outer *= vo->shape[d];
+    for (int d = axis + 1; d < vo->ndim; d++) inner *= vo->shape[d];
+    if (vo->numel == 0) return NULL;
+    if (inner == 1) {
+        #pragma omp parallel for schedule(static) if (vo->numel > PAR_MIN && outer > 1)
+        for (int64_t o = 0; o < outer; o++)
+            row(x + o * n, g ? g + o * n : NULL, y + o * n, n);
+        return NULL;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS, total = outer * nblk;
+    #pragma omp parallel for schedule(static) if (vo->numel > PAR_MIN && total > 1)
+    for (int64_t t = 0; t < total; t++) {
+        int64_t o = t / nblk, c0 = (t % nblk) * COLS;
+        int w = (int)(inner - c0 < COLS ? inner - c0 : COLS);
+        int64_t base = o * n * inner + c0;
+        cols(x + base, g ? g + base : NULL, y + base, n, inner, w);
+    }
+    return NULL;
+}
+
+static const char *k_softmax(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    return run_axis(p, s, ptrs, softmax_row, softmax_cols);
+}
+
+static const char *k_log_softmax(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    return run_axis(p, s, ptrs, log_softmax_row, log_softmax_cols);
+}
+
+static const char *k_softmax_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    return run_axis(p, s, ptrs, softmax_grad_row, softmax_grad_cols);
+}
+
+static const char *k_log_softmax_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    return run_axis(p, s, ptrs, log_softmax_grad_row, log_softmax_grad_cols);
+}
+
+/* ---- cross-entropy -------------------------------------------------------- */
+
+static int64_t target_at(const void *t, int is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)t)[i] : ((const int32_t *)t)[i];
+}
+
+/* Class indices are data: check them all before reading any logit, and
+   name the first bad one. The message lives in thread storage because the
+   kernel contract returns a string, not an allocation. */
+static const char *check_targets(const void *t, int is64, int64_t n, int64_t c)
+{
+    static _Thread_local char msg[160];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = target_at(t, is64, i);
+        if (k < 0 || k >= c) {
+            snprintf(msg, sizeof msg,
+                     "lz_cross_entropy: target[%lld] = %lld is out of range for %lld classes",
+                     (long long)i, (long long)k, (long long)c);
+            return msg;
+        }
+    }
+    return NULL;
+}
+
+/* log-sum-exp of a row as max + log(sum): callers subtract max first, so
+   large logits keep their precision. */
+static float row_max_logsum(const float *x, int64_t c, float *mx_out)
+{
+    float mx = -INFINITY, sm = 0;
+    for (int64_t j = 0; j < c; j++) mx = fmaxf(mx, x[j]);
+    for (int64_t j = 0; j < c; j++) sm += expf(x[j] - mx);
+    *mx_out = mx;
+    return logf(sm);
+}
+
+static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const lz_value *vl = &p->values[s->in[0]], *vt = &p->values[s->in[1]];
+    const float *x = ptrs[s->in[0]];
+    const void *t = ptrs[s->in[1]];
+    const int is64 = vt->dtype == LZ_I64;
+    const int64_t n = vl->shape[0], c = vl->shape[1];
+    const char *err = check_targets(t, is64, n, c);
+    if (err) return err;
+    double acc = 0;
+    #pragma omp parallel for schedule(static) reduction(+:acc) if (vl->numel > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float mx, ls = row_max_logsum(x + i * c, c, &mx);
+        acc += (double)(mx - x[i * c + target_at(t, is64, i)]) + ls;
+    }
+    *(float *)ptrs[s->out] = (float)(acc / (double)n);
+    return NULL;
+}
+
+/* d/dlogits of the mean loss: (softmax(row) - onehot(target)) * g / N */
+static const char *k_cross_entropy_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const lz_value *vl = &p->values[s->in[0]], *vt = &p->values[s->in[1]];
+    const float *x = ptrs[s->in[0]];
+    const void *t = ptrs[s->in[1]];
+    const float g = *(const float *)ptrs[s->in[2]];
+    float *dx = ptrs[s->out];
+    const int is64 = vt->dtype == LZ_I64;
+    const int64_t n = vl->shape[0], c = vl->shape[1];
+    const char *err = check_targets(t, is64, n, c);
+    if (err) return err;
+    const float scale = g / (float)n;
+    #pragma omp parallel for schedule(static) if (vl->numel > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        const float *xr = x + i * c;
+        float *dr = dx + i * c;
+        float mx, ls = row_max_logsum(xr, c, &mx);
+        for (int64_t j = 0; j < c; j++) dr[j] = expf((xr[j] - mx) - ls) * scale;
+        dr[target_at(t, is64, i)] -= scale;
+    }
+    return NULL;
+}
+
+lz_kernel lz_cpu_linalg_kernel(lz_op op)
+{
+    switch (op) {
+    case LZ_OP_MATMUL:             return k_matmul;
+    case LZ_OP_SOFTMAX:            return k_softmax;
+    case LZ_OP_LOG_SOFTMAX:        return k_log_softmax;
+    case LZ_OP_SOFTMAX_GRAD:       return k_softmax_grad;
+    case LZ_OP_LOG_SOFTMAX_GRAD:   return k_log_softmax_grad;
+    case LZ_OP_CROSS_ENTROPY:      return k_cross_entropy;
+    case LZ_OP_CROSS_ENTROPY_GRAD: return k_cross_entropy_grad;
+    default:                       return NULL;
+    }
+}

@@ -1,0 +1,24 @@
+/* CPU kernels. A kernel runs one step of a program: ptrs[v] is the memory
+ * of value v. It returns NULL, or a static message naming what failed. */
+#ifndef LZ_CPU_KERNELS_H
+#define LZ_CPU_KERNELS_H
+
+#include "compile/program.h"
+
+typedef const char *(*lz_kernel)(const lz_program *p, const lz_step *s, void *const *ptrs);
+
+/* Each kernel family returns its kernel for op, or NULL if op is not its. */
+lz_kernel lz_cpu_elementwise_kernel(lz_op op);   /* k_elementwise.c */
+lz_kernel lz_cpu_reduce_kernel(lz_op op);        /* k_reduce.c */
+lz_kernel lz_cpu_shape_kernel(lz_op op);         /* k_shape.c */
+lz_kernel lz_cpu_linalg_kernel(lz_op op);        /* k_linalg.c: matmul, softmax, losses */
+lz_kernel lz_cpu_misc_kernel(lz_op op);          /* k_misc.c: fill, copy, test gate */
+
+/* The kernel for op, or NULL if no family has one. */
+lz_kernel lz_cpu_kernel_for(lz_op op);
+
+/* Strides (in elements) that read `in` broadcast to out's shape, aligned
+   to out's ndim (0 on broadcast axes). */
+void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *strides);
+
+#endif

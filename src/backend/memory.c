@@ -1,0 +1,31 @@
+/* Device memory through the current backend, with the accounting behind
+ * the peak_bytes metric. */
+#include "backend/memory.h"
+
+#include <stdatomic.h>
+
+#include "backend/backend.h"
+
+static atomic_llong bytes_now, bytes_peak;
+
+void *lz_device_alloc(size_t nbytes)
+{
+    void *p = lz_backend_current()->alloc(nbytes);
+    if (!p) return NULL;
+    long long now = atomic_fetch_add(&bytes_now, (long long)nbytes) + (long long)nbytes;
+    long long peak = atomic_load(&bytes_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&bytes_peak, &peak, now)) {}
+    return p;
+}
+
+void lz_device_free(void *p, size_t nbytes)
+{
+    if (!p) return;
+    lz_backend_current()->free(p, nbytes);
+    atomic_fetch_sub(&bytes_now, (long long)nbytes);
+}
+
+int64_t lz_device_bytes_now(void) { return atomic_load(&bytes_now); }
+int64_t lz_device_peak_bytes(void) { return atomic_load(&bytes_peak); }
+void lz_device_peak_reset(void) { atomic_store(&bytes_peak, atomic_load(&bytes_now)); }
+

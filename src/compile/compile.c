@@ -1,0 +1,109 @@
+/* Lowering: one value per graph node, one step per pending node, in
+ * post-order; then the memory plan and the backend's kernel preparation. */
+#include "compile/executable.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/memory.h"
+#include "core/error.h"
+
+static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32 ? 4 : 8; }
+
+static double step_flops(const lz_program *p, const lz_step *s)
+{
+    if (s->op != LZ_OP_MATMUL) return 0;
+    const lz_value *a = &p->values[s->in[0]], *out = &p->values[s->out];
+    /* out numel * K multiply-adds */
+    return 2.0 * (double)out->numel * (double)a->shape[a->ndim - 1];
+}
+
+static void lower(const lz_graph *g, lz_program *p)
+{
+    p->n_values = g->n_nodes;
+    p->values = calloc((size_t)g->n_nodes, sizeof *p->values);
+    p->steps = calloc((size_t)g->n_nodes, sizeof *p->steps);
+    assert(p->values && p->steps);
+    p->n_inputs = g->n_inputs;
+    p->n_outputs = g->n_outputs;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const lz_node *n = g->nodes[i];
+        lz_value *v = &p->values[i];
+        v->dtype = n->dtype;
+        v->ndim = n->ndim;
+        memcpy(v->shape, n->shape, sizeof v->shape);
+        v->numel = lz_node_numel(n);
+        v->nbytes = (size_t)v->numel * dtype_bytes(n->dtype);
+        v->kind = LZ_VALUE_TEMP;
+        if (g->slot_of[i] >= 0) {
+            v->kind = LZ_VALUE_INPUT;
+            v->slot = g->slot_of[i];
+            continue;
+        }
+        lz_step *s = &p->steps[p->n_steps++];
+        s->op = n->op;
+        s->out = i;
+        s->n_in = n->n_src;
+        s->in = malloc(sizeof *s->in * (size_t)(n->n_src ? n->n_src : 1));
+        assert(s->in);
+        for (int k = 0; k < n->n_src; k++) s->in[k] = n->src[k]->cut_index;
+        memcpy(s->iattr, n->iattr, sizeof s->iattr);
+        memcpy(s->fattr, n->fattr, sizeof s->fattr);
+        p->flops += step_flops(p, s);
+    }
+    for (int o = 0; o < g->n_outputs; o++) {
+        lz_value *v = &p->values[g->outputs[o]->cut_index];
+        v->kind = LZ_VALUE_OUTPUT;
+        v->slot = o;
+    }
+}
+
+lz_executable *lz_compile(const lz_graph *g)
+{
+    lz_executable *e = calloc(1, sizeof *e);
+    assert(e);
+    atomic_init(&e->refs, 1);
+    e->hash = g->hash;
+    e->sig_len = g->sig_len;
+    e->sig = malloc(sizeof *e->sig * (g->sig_len ? g->sig_len : 1));
+    assert(e->sig);
+    memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
+    lower(g, &e->prog);
+    lz_plan_memory(&e->prog);
+    e->backend = lz_backend_current();
+    e->bexec = e->backend->prepare(&e->prog);
+    if (!e->bexec) {
+        lz_executable_unref(e);
+        return NULL;
+    }
+    if (e->prog.arena_bytes) {
+        e->arena = lz_device_alloc(e->prog.arena_bytes);
+        if (!e->arena) {
+            lz_executable_unref(e);
+            return lz_errorf("out of device memory for a %zu-byte executable arena",
+                             e->prog.arena_bytes);
+        }
+    }
+    return e;
+}
+
+void lz_executable_ref(lz_executable *e) { atomic_fetch_add(&e->refs, 1); }
+
+void lz_executable_unref(lz_executable *e)
+{
+    if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
+    if (e->bexec) e->backend->release(e->bexec);
+    lz_device_free(e->arena, e->prog.arena_bytes);
+    lz_program_free(&e->prog);
+    free(e->sig);
+    free(e);
+}
+
+void lz_program_free(lz_program *p)
+{
+    for (int i = 0; i < p->n_steps; i++) free(p->steps[i].in);
+    free(p->steps);
+    free(p->values);
+    memset(p, 0, sizeof *p);
+}

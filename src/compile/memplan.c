@@ -1,0 +1,81 @@
+/* Memory planning in one pass over the schedule (like ggml-alloc): each
+ * temporary takes the best-fitting free block when it is produced and gives
+ * it back after its last use, so activations reuse freed memory. */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "compile/executable.h"
+
+#define ALIGN 64
+
+typedef struct block { size_t off, size; } block;
+
+typedef struct freelist { block *v; int n, cap; size_t end; } freelist;
+
+static size_t take(freelist *f, size_t size)
+{
+    int best = -1;
+    for (int i = 0; i < f->n; i++)
+        if (f->v[i].size >= size && (best < 0 || f->v[i].size < f->v[best].size)) best = i;
+    if (best < 0) {
+        /* grow: a free block ending the arena is extended in place */
+        for (int i = 0; i < f->n; i++)
+            if (f->v[i].off + f->v[i].size == f->end) {
+                size_t off = f->v[i].off;
+                f->end = off + size;
+                f->v[i] = f->v[--f->n];
+                return off;
+            }
+        size_t off = f->end;
+        f->end += size;
+        return off;
+    }
+    size_t off = f->v[best].off;
+    f->v[best].off += size;
+    f->v[best].size -= size;
+    if (!f->v[best].size) f->v[best] = f->v[--f->n];
+    return off;
+}
+
+static void give(freelist *f, size_t off, size_t size)
+{
+    /* merge with neighbours so fragmentation does not grow the arena */
+    for (int i = 0; i < f->n; i++) {
+        if (f->v[i].off + f->v[i].size == off) { off = f->v[i].off; size += f->v[i].size; f->v[i--] = f->v[--f->n]; }
+        else if (off + size == f->v[i].off) { size += f->v[i].size; f->v[i--] = f->v[--f->n]; }
+    }
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 32;
+        f->v = realloc(f->v, sizeof *f->v * (size_t)f->cap);
+        assert(f->v);
+    }
+    f->v[f->n++] = (block){off, size};
+}
+
+void lz_plan_memory(lz_program *p)
+{
+    int *last_use = malloc(sizeof *last_use * (size_t)(p->n_values ? p->n_values : 1));
+    assert(last_use);
+    for (int v = 0; v < p->n_values; v++) last_use[v] = -1;
+    for (int i = 0; i < p->n_steps; i++) {
+        last_use[p->steps[i].out] = i;
+        for (int k = 0; k < p->steps[i].n_in; k++) last_use[p->steps[i].in[k]] = i;
+    }
+    freelist f = {0};
+    for (int i = 0; i < p->n_steps; i++) {
+        lz_value *out = &p->values[p->steps[i].out];
+        if (out->kind == LZ_VALUE_TEMP)
+            out->offset = take(&f, (out->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+        /* freed after the step, so no kernel writes over its own inputs */
+        for (int k = -1; k < p->steps[i].n_in; k++) {
+            int v = k < 0 ? p->steps[i].out : p->steps[i].in[k];
+            lz_value *val = &p->values[v];
+            if (val->kind != LZ_VALUE_TEMP || last_use[v] != i) continue;
+            last_use[v] = -2; /* an input listed twice is freed once */
+            give(&f, val->offset, (val->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+        }
+    }
+    p->arena_bytes = f.end;
+    free(f.v);
+    free(last_use);
+}

@@ -1,0 +1,146 @@
+#include "core/graph.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/buffer.h"
+
+static uint32_t epoch;
+
+typedef struct vec { void **v; int n, cap; } vec;
+
+static void vec_push(vec *a, void *p)
+{
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 64;
+        a->v = realloc(a->v, sizeof *a->v * (size_t)a->cap);
+        assert(a->v);
+    }
+    a->v[a->n++] = p;
+}
+
+typedef struct sigbuf { int64_t *v; size_t n, cap; } sigbuf;
+
+static void sig_push(sigbuf *s, int64_t x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 256;
+        s->v = realloc(s->v, sizeof *s->v * s->cap);
+        assert(s->v);
+    }
+    s->v[s->n++] = x;
+}
+
+static void sig_shape(sigbuf *s, const lz_node *n)
+{
+    sig_push(s, n->dtype);
+    sig_push(s, n->ndim);
+    for (int d = 0; d < n->ndim; d++) sig_push(s, n->shape[d]);
+}
+
+/* A node counts as a leaf of this graph when it holds data. */
+static int is_leaf(const lz_node *n) { return n->buf != NULL; }
+
+void lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots)
+{
+    memset(g, 0, sizeof *g);
+    uint32_t ep = ++epoch;
+    vec order = {0}, inputs = {0}, outputs = {0}, stack = {0}, slots = {0};
+    sigbuf sig = {0};
+    uint64_t h = 0;
+    /* Leaves are deduplicated by buffer: two nodes on one buffer are one
+       input slot, kept in the buffer's cut scratch. */
+    for (int r = 0; r < n_roots; r++) {
+        lz_node *root = roots[r];
+        /* iterative post-order: a node is pushed twice, the second time
+           (marked by a negative cut_index) to emit it */
+        if (root->cut_epoch != ep) vec_push(&stack, root);
+        while (stack.n) {
+            lz_node *n = stack.v[stack.n - 1];
+            if (n->cut_epoch != ep) {
+                n->cut_epoch = ep;
+                n->cut_index = -1;
+                if (!is_leaf(n))
+                    for (int i = n->n_src - 1; i >= 0; i--)
+                        if (n->src[i]->cut_epoch != ep) vec_push(&stack, n->src[i]);
+                continue;
+            }
+            stack.n--;
+            if (n->cut_index >= 0) continue;
+            n->cut_index = order.n;
+            vec_push(&order, n);
+            if (is_leaf(n)) {
+                if (n->buf->cut_epoch != ep) {
+                    n->buf->cut_epoch = ep;
+                    n->buf->cut_slot = inputs.n;
+                    vec_push(&inputs, n);
+                }
+                int slot = n->buf->cut_slot;
+                vec_push(&slots, (void *)(intptr_t)slot);
+                sig_push(&sig, LZ_OP_LEAF);
+                sig_shape(&sig, n);
+                sig_push(&sig, slot);
+                h = lz_hash_mix(lz_hash_mix(h, lz_node_leaf_hash(n)), (uint64_t)slot);
+            } else {
+                vec_push(&slots, (void *)(intptr_t)-1);
+                sig_push(&sig, n->op);
+                sig_shape(&sig, n);
+                sig_push(&sig, n->n_iattr);
+                for (int i = 0; i < n->n_iattr; i++) sig_push(&sig, n->iattr[i]);
+                sig_push(&sig, n->n_fattr);
+                for (int i = 0; i < n->n_fattr; i++) {
+                    uint32_t bits;
+                    memcpy(&bits, &n->fattr[i], sizeof bits);
+                    sig_push(&sig, bits);
+                }
+                sig_push(&sig, n->n_src);
+                h = lz_hash_mix(h, n->hash);
+                for (int i = 0; i < n->n_src; i++) {
+                    sig_push(&sig, n->src[i]->cut_index);
+                    h = lz_hash_mix(h, (uint64_t)n->src[i]->cut_index);
+                }
+            }
+        }
+    }
+    /* outputs: roots deduplicated, in request order */
+    sig_push(&sig, -1);
+    for (int r = 0; r < n_roots; r++) {
+        int dup = 0;
+        for (int j = 0; j < outputs.n; j++) dup |= outputs.v[j] == roots[r];
+        if (dup) continue;
+        vec_push(&outputs, roots[r]);
+        sig_push(&sig, roots[r]->cut_index);
+        h = lz_hash_mix(h, (uint64_t)roots[r]->cut_index);
+    }
+    free(stack.v);
+    g->n_nodes = order.n;
+    g->slot_of = malloc(sizeof *g->slot_of * (size_t)(order.n ? order.n : 1));
+    assert(g->slot_of);
+    for (int i = 0; i < order.n; i++) g->slot_of[i] = (int)(intptr_t)slots.v[i];
+    free(slots.v);
+    g->nodes = (lz_node **)order.v;
+    g->n_inputs = inputs.n;
+    g->inputs = (lz_node **)inputs.v;
+    g->n_outputs = outputs.n;
+    g->outputs = (lz_node **)outputs.v;
+    g->hash = lz_hash_mix(h, (uint64_t)sig.n);
+    g->sig = sig.v;
+    g->sig_len = sig.n;
+}
+
+void lz_graph_release(lz_graph *g)
+{
+    free(g->nodes);
+    free(g->slot_of);
+    free(g->inputs);
+    free(g->outputs);
+    free(g->sig);
+    memset(g, 0, sizeof *g);
+}
+
+int lz_graph_same(const int64_t *a, size_t na, const int64_t *b, size_t nb)
+{
+    return na == nb && memcmp(a, b, sizeof *a * na) == 0;
+}

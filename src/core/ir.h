@@ -1,0 +1,100 @@
+/* IR nodes: one recorded operation each.
+ *
+ * A node is either pending (an op over source nodes) or data (it has a
+ * buffer: a data leaf made from host memory, or a node that an execution has
+ * materialised). Materialising a node turns every tensor that points at it
+ * into data at once and drops its sources, so the IR above it can be freed.
+ */
+#ifndef LZ_IR_H
+#define LZ_IR_H
+
+#include <stdint.h>
+#include "lazyc.h"
+
+struct lz_buffer;
+
+#define LZ_MAX_IATTR 16
+#define LZ_MAX_FATTR 4
+
+typedef enum lz_op {
+    LZ_OP_LEAF = 0,     /* data: hashed by shape and dtype only */
+    LZ_OP_FILL,         /* constant 0 or 1 (the only baked constants) fattr[0] */
+    /* unary, same shape */
+    LZ_OP_NEG, LZ_OP_EXP, LZ_OP_LOG, LZ_OP_SQRT, LZ_OP_RSQRT, LZ_OP_TANH,
+    LZ_OP_SIGMOID, LZ_OP_RELU, LZ_OP_GELU,
+    LZ_OP_POW,          /* fattr[0] exponent */
+    LZ_OP_SCALE,        /* x * fattr[0]; only for constants derived from shapes (1/n) */
+    LZ_OP_CAST,         /* to node dtype */
+    LZ_OP_COPY,         /* identity (reshape lowers to it) */
+    /* binary, numpy broadcasting to the node shape */
+    LZ_OP_ADD, LZ_OP_SUB, LZ_OP_MUL, LZ_OP_DIV, LZ_OP_MAXIMUM,
+    LZ_OP_GT, LZ_OP_LT, LZ_OP_GE, LZ_OP_LE, LZ_OP_EQ,
+    LZ_OP_WHERE,        /* (cond, a, b), broadcasting */
+    LZ_OP_RELU_GRAD,    /* (x, g) -> g * (x > 0), same shape */
+    LZ_OP_GELU_GRAD,    /* (x, g) -> g * gelu'(x), same shape */
+    /* reductions: iattr[0] = bitmask of reduced axes of the source,
+       iattr[1] = keepdim */
+    LZ_OP_SUM, LZ_OP_MEAN, LZ_OP_MAX,
+    /* shape */
+    LZ_OP_RESHAPE,      /* a copy into the node shape */
+    LZ_OP_PERMUTE,      /* iattr[0..ndim) = perm */
+    LZ_OP_EXPAND,       /* broadcast the source to the node shape */
+    LZ_OP_SLICE,        /* iattr[0] axis, iattr[1] start */
+    LZ_OP_SLICE_GRAD,   /* inverse of SLICE: zeros with the source at
+                           iattr[1] along axis iattr[0] */
+    LZ_OP_CAT,          /* iattr[0] axis; n_src inputs */
+    /* linear algebra and losses */
+    LZ_OP_MATMUL,       /* (a, b): a [..., M, K], b [..., K, N], batch dims
+                           broadcast; both at least 2-d after lowering */
+    LZ_OP_SOFTMAX,      /* iattr[0] axis */
+    LZ_OP_LOG_SOFTMAX,  /* iattr[0] axis */
+    LZ_OP_SOFTMAX_GRAD, /* (y, g), iattr[0] axis: y * (g - sum(g*y)) */
+    LZ_OP_LOG_SOFTMAX_GRAD, /* (y, g), iattr[0] axis: g - exp(y) * sum(g) */
+    LZ_OP_CROSS_ENTROPY,    /* (logits [N,C], target [N] int) -> 0-d mean */
+    LZ_OP_CROSS_ENTROPY_GRAD, /* (logits, target, g 0-d) -> [N,C] */
+    LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
+    LZ_OP_COUNT
+} lz_op;
+
+typedef struct lz_node {
+    int refs;
+    uint16_t op;
+    uint8_t  dtype;          /* lz_dtype */
+    uint8_t  ndim;
+    int64_t  shape[LZ_MAX_DIMS];
+    int64_t  iattr[LZ_MAX_IATTR];
+    float    fattr[LZ_MAX_FATTR];
+    uint8_t  n_iattr, n_fattr;
+    uint64_t hash;           /* structural, computed once at creation */
+    struct lz_buffer *buf;   /* non-NULL: data (leaf or materialised) */
+    /* graph cutting scratch, valid during one cut only */
+    uint32_t cut_epoch;
+    int32_t  cut_index;
+    int      n_src;
+    struct lz_node *src[];   /* NULL after materialisation */
+} lz_node;
+
+/* Attributes given to lz_node_new; arrays may be NULL when counts are 0. */
+typedef struct lz_attrs {
+    int n_iattr, n_fattr;
+    int64_t iattr[LZ_MAX_IATTR];
+    float   fattr[LZ_MAX_FATTR];
+} lz_attrs;
+
+/* A pending node over src (each gains a reference). attrs may be NULL. */
+lz_node *lz_node_new(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
+                     int n_src, lz_node *const *src, const lz_attrs *attrs);
+/* A data node on buf (takes a reference to buf). */
+lz_node *lz_node_new_data(struct lz_buffer *buf, lz_dtype dtype, int ndim, const int64_t *shape);
+void     lz_node_ref(lz_node *n);
+void     lz_node_unref(lz_node *n);
+/* Makes n data on buf and drops its sources. */
+void     lz_node_materialise(lz_node *n, struct lz_buffer *buf);
+int64_t  lz_node_numel(const lz_node *n);
+const char *lz_op_name(lz_op op);
+
+uint64_t lz_hash_mix(uint64_t h, uint64_t v);
+/* Hash of n as a data leaf: shape and dtype only, never values. */
+uint64_t lz_node_leaf_hash(const lz_node *n);
+
+#endif

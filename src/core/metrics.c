@@ -1,0 +1,78 @@
+#include "core/metrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "backend/memory.h"
+
+lz_metrics lz_counters;
+static double execute_ms;
+static pthread_mutex_t execute_mu = PTHREAD_MUTEX_INITIALIZER;
+
+double lz_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+void lz_metrics_add_execute_ms(double ms)
+{
+    pthread_mutex_lock(&execute_mu);
+    execute_ms += ms;
+    pthread_mutex_unlock(&execute_mu);
+}
+
+lz_metrics lz_metrics_get(void)
+{
+    lz_metrics m = lz_counters;
+    pthread_mutex_lock(&execute_mu);
+    m.execute_ms = execute_ms;
+    pthread_mutex_unlock(&execute_mu);
+    m.peak_bytes = lz_device_peak_bytes();
+    return m;
+}
+
+void lz_metrics_reset(void)
+{
+    lz_metrics zero = {0};
+    lz_counters = zero;
+    pthread_mutex_lock(&execute_mu);
+    execute_ms = 0;
+    pthread_mutex_unlock(&execute_mu);
+    lz_device_peak_reset();
+}
+
+char *lz_metrics_report(void)
+{
+    lz_metrics m = lz_metrics_get();
+    char *s = malloc(2048);
+    if (!s) return NULL;
+    snprintf(s, 2048,
+             "lazyc metrics\n"
+             "  mark_steps            %lld\n"
+             "  graphs                %lld\n"
+             "  executions            %lld\n"
+             "  compiles              %lld\n"
+             "  cache_hits            %lld\n"
+             "  ir_nodes              %lld\n"
+             "  transfers_to_device   %lld\n"
+             "  transfers_from_device %lld\n"
+             "  host_waits            %lld\n"
+             "  capture_replays       %lld\n"
+             "  capture_fallbacks     %lld\n"
+             "  peak_bytes            %lld (%.1f MiB)\n"
+             "  trace_ms              %.3f\n"
+             "  compile_ms            %.3f\n"
+             "  execute_ms            %.3f\n"
+             "  wait_ms               %.3f\n",
+             (long long)m.mark_steps, (long long)m.graphs, (long long)m.executions,
+             (long long)m.compiles, (long long)m.cache_hits, (long long)m.ir_nodes,
+             (long long)m.transfers_to_device, (long long)m.transfers_from_device,
+             (long long)m.host_waits, (long long)m.capture_replays,
+             (long long)m.capture_fallbacks, (long long)m.peak_bytes,
+             m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms);
+    return s;
+}

@@ -1,0 +1,83 @@
+/* Scopes: a training step makes hundreds of intermediate handles; a scope
+ * drops every one it made at its end, except those kept. */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "core/tensor.h"
+
+typedef struct scope {
+    lz_tensor **items;       /* each holds a bookkeeping reference */
+    int n, cap;
+} scope;
+
+static scope *scopes;
+static int depth, depth_cap;
+
+void lz_scope_begin(void)
+{
+    if (depth == depth_cap) {
+        depth_cap = depth_cap ? depth_cap * 2 : 8;
+        scopes = realloc(scopes, sizeof *scopes * (size_t)depth_cap);
+        assert(scopes);
+    }
+    scopes[depth++] = (scope){0};
+}
+
+static void scope_push(scope *s, lz_tensor *t)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 64;
+        s->items = realloc(s->items, sizeof *s->items * (size_t)s->cap);
+        assert(s->items);
+    }
+    s->items[s->n++] = t;
+    lz_tensor_ref(t);
+}
+
+void lz_scope_register(lz_tensor *t)
+{
+    if (!depth) return;
+    t->scope_level = depth;
+    scope_push(&scopes[depth - 1], t);
+}
+
+void lz_scope_end(void)
+{
+    if (!depth) return;
+    scope s = scopes[--depth];
+    for (int i = 0; i < s.n; i++) {
+        lz_tensor *t = s.items[i];
+        if (t->scope_level == depth + 1 + 1000000) {
+            /* kept: the creation handle moves to the enclosing scope */
+            if (depth) {
+                t->scope_level = depth;
+                scope_push(&scopes[depth - 1], t);
+            } else {
+                t->scope_level = 0;
+            }
+        } else if (t->scope_level == depth + 1) {
+            t->scope_level = 0;
+            lz_tensor_unref(t);
+        }
+        lz_tensor_unref(t);
+    }
+    free(s.items);
+}
+
+/* A kept tensor is marked by an offset level, so lz_scope_end can tell it
+   from one the scope still owns without a second list. */
+lz_tensor *lz_keep(lz_tensor *t)
+{
+    if (t && t->scope_level == depth && depth) t->scope_level = depth + 1000000;
+    return t;
+}
+
+void lz_scope_release(lz_tensor *t)
+{
+    if (t->scope_level == depth && depth) t->scope_level = 0;
+}
+
+void lz_scope_forget(lz_tensor *t)
+{
+    if (t->scope_level) t->scope_level = 0;
+}

@@ -1,0 +1,118 @@
+/* Tensor handles and the live registry (tensors with pending IR). */
+#include "core/tensor.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "core/metrics.h"
+#include "core/step.h"
+
+static lz_tensor *live_head;
+static int live_n;
+
+static void live_add(lz_tensor *t)
+{
+    if (t->in_live) return;
+    t->in_live = 1;
+    t->live_prev = NULL;
+    t->live_next = live_head;
+    if (live_head) live_head->live_prev = t;
+    live_head = t;
+    live_n++;
+}
+
+static void live_remove(lz_tensor *t)
+{
+    if (!t->in_live) return;
+    if (t->live_prev) t->live_prev->live_next = t->live_next;
+    else live_head = t->live_next;
+    if (t->live_next) t->live_next->live_prev = t->live_prev;
+    t->in_live = 0;
+    live_n--;
+}
+
+int lz_live_count(void) { return live_n; }
+lz_tensor *lz_live_first(void) { return live_head; }
+
+void lz_live_prune(void)
+{
+    for (lz_tensor *t = live_head, *next; t; t = next) {
+        next = t->live_next;
+        if (t->node->buf) live_remove(t);
+    }
+}
+
+lz_tensor *lz_tensor_wrap(lz_node *node)
+{
+    lz_tensor *t = calloc(1, sizeof *t);
+    assert(t);
+    t->refs = 1;
+    t->node = node;
+    if (!node->buf) live_add(t);
+    lz_scope_register(t);
+    return t;
+}
+
+void lz_tensor_set_node(lz_tensor *t, lz_node *node)
+{
+    lz_node *old = t->node;
+    t->node = node;
+    lz_node_unref(old);
+    if (node->buf) live_remove(t);
+    else live_add(t);
+}
+
+void lz_tensor_ref(lz_tensor *t) { t->refs++; }
+
+void lz_tensor_unref(lz_tensor *t)
+{
+    if (!t || --t->refs > 0) return;
+    live_remove(t);
+    lz_node_unref(t->node);
+    if (t->grad) lz_tensor_unref(t->grad);
+    if (t->ag) lz_ag_free(t->ag);
+    free(t);
+}
+
+lz_tensor *lz_retain(lz_tensor *t)
+{
+    if (t) t->refs++;
+    return t;
+}
+
+void lz_free(lz_tensor *t)
+{
+    if (!t) return;
+    lz_scope_forget(t);
+    lz_tensor_unref(t);
+}
+
+int lz_check_operands(const char *name, int n, lz_tensor *const *in)
+{
+    for (int i = 0; i < n; i++) {
+        if (in[i]) continue;
+        if (!lz_last_error()) lz_errorf("%s: operand %d is NULL", name, i);
+        return -1;
+    }
+    return 0;
+}
+
+lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
+                     int n_in, lz_tensor *const *in, const lz_attrs *attrs)
+{
+    double t0 = lz_now_ms();
+    lz_node *srcs_small[8], **srcs = srcs_small;
+    if (n_in > 8) srcs = malloc(sizeof *srcs * (size_t)n_in);
+    for (int i = 0; i < n_in; i++) srcs[i] = in[i]->node;
+    lz_node *node = lz_node_new(op, dtype, ndim, shape, n_in, srcs, attrs);
+    if (srcs != srcs_small) free(srcs);
+    lz_tensor *t = lz_tensor_wrap(node);
+    lz_counters.trace_ms += lz_now_ms() - t0;
+    if (lz_is_eager() && lz_sync(&t, 1, 0) != 0) {
+        lz_free(t);
+        return NULL;
+    }
+    return t;
+}

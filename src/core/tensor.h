@@ -1,0 +1,59 @@
+/* Tensor handles: a shape, a dtype and a node that is either pending IR or
+ * data. Tensors whose node is pending are kept in the live registry, which
+ * lz_mark_step cuts into one graph. */
+#ifndef LZ_TENSOR_H
+#define LZ_TENSOR_H
+
+#include "lazyc.h"
+#include "core/ir.h"
+
+struct lz_ag;
+
+struct lz_tensor {
+    int refs;                /* handles + internal holders (autograd, scopes) */
+    lz_node *node;
+    /* live registry: tensors whose node is pending */
+    lz_tensor *live_prev, *live_next;
+    int in_live;
+    /* autograd */
+    int requires_grad;
+    lz_tensor *grad;         /* accumulated gradient, owned */
+    struct lz_ag *ag;        /* how this tensor was made, if it needs a grad */
+    /* backward-pass scratch */
+    uint32_t ag_epoch;
+    lz_tensor *ag_acc;       /* gradient accumulated so far in this pass */
+    /* scope bookkeeping: depth of the scope that owns the creation handle,
+       0 when the caller owns it */
+    int scope_level;
+};
+
+/* Wraps node (takes over the caller's reference) in a new handle, registers
+   it in the current scope and, if pending, in the live registry. */
+lz_tensor *lz_tensor_wrap(lz_node *node);
+/* Points t at node (takes over the caller's reference). */
+void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
+void       lz_tensor_ref(lz_tensor *t);
+void       lz_tensor_unref(lz_tensor *t);
+/* Drops tensors whose node became data from the live registry. */
+void       lz_live_prune(void);
+int        lz_live_count(void);
+lz_tensor *lz_live_first(void);
+
+/* Scopes (core/scope.c). */
+void       lz_scope_register(lz_tensor *t);
+/* If the innermost scope owns t's creation handle, hands it to the caller
+   (the scope will not drop it). */
+void       lz_scope_release(lz_tensor *t);
+/* Drops a creation handle: the scope's ownership if it still has it. */
+void       lz_scope_forget(lz_tensor *t);
+
+/* Records a new op on tensors: checks for NULL operands (returning NULL
+   with the first error kept), builds the node, wraps it, and, in eager
+   mode, executes it. Autograd records are attached by the caller. */
+lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
+                     int n_in, lz_tensor *const *in, const lz_attrs *attrs);
+/* Checks operands for NULL; sets "name: operand i is NULL" unless an error
+   is already set. Returns 0 when all are present. */
+int        lz_check_operands(const char *name, int n, lz_tensor *const *in);
+
+#endif

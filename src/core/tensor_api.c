@@ -1,0 +1,184 @@
+/* Public tensor calls: making data, querying shape, reading values. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/metrics.h"
+#include "core/step.h"
+#include "core/tensor.h"
+#include "runtime/executor.h"
+
+size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : 4; }
+
+static int valid_dtype(lz_dtype d) { return d == LZ_F32 || d == LZ_I64 || d == LZ_I32; }
+
+/* Checks a user-given shape; on success stores the byte size. */
+static int check_shape(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, size_t *nbytes)
+{
+    if (!valid_dtype(dtype)) return lz_errorf_int("%s: unknown dtype %d", op, (int)dtype);
+    if (ndim < 0 || ndim > LZ_MAX_DIMS)
+        return lz_errorf_int("%s: ndim %d out of range [0, %d]", op, ndim, LZ_MAX_DIMS);
+    if (ndim > 0 && !shape) return lz_errorf_int("%s: shape is NULL", op);
+    uint64_t n = lz_dtype_size(dtype);
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            char s[96];
+            return lz_errorf_int("%s: negative dimension in shape %s", op, lz_shape_str(s, ndim, shape));
+        }
+        if (shape[d] && n > (UINT64_C(1) << 46) / (uint64_t)shape[d]) {
+            char s[96];
+            return lz_errorf_int("%s: shape %s is too large", op, lz_shape_str(s, ndim, shape));
+        }
+        n *= (uint64_t)shape[d];
+    }
+    *nbytes = (size_t)n;
+    return 0;
+}
+
+static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, lz_buffer **bufp)
+{
+    size_t nbytes = 0;
+    if (check_shape(op, dtype, ndim, shape, &nbytes)) return NULL;
+    lz_buffer *b = lz_buffer_new(nbytes);
+    if (!b) return NULL;
+    lz_node *n = lz_node_new_data(b, dtype, ndim, shape);
+    lz_buffer_unref(b);
+    *bufp = b;
+    return lz_tensor_wrap(n);
+}
+
+lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape)
+{
+    lz_buffer *b;
+    lz_tensor *t = new_data("lz_from_host", dtype, ndim, shape, &b);
+    if (!t) return NULL;
+    if (b->nbytes && !data) {
+        lz_free(t);
+        return lz_errorf("lz_from_host: data is NULL");
+    }
+    memcpy(b->data, data, b->nbytes);
+    lz_counters.transfers_to_device++;
+    return t;
+}
+
+lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
+{
+    lz_buffer *b;
+    lz_tensor *t = new_data("lz_full", dtype, ndim, shape, &b);
+    if (!t) return NULL;
+    size_t n = b->nbytes / lz_dtype_size(dtype);
+    for (size_t i = 0; i < n; i++) {
+        if (dtype == LZ_F32) ((float *)b->data)[i] = (float)value;
+        else if (dtype == LZ_I64) ((int64_t *)b->data)[i] = (int64_t)value;
+        else ((int32_t *)b->data)[i] = (int32_t)value;
+    }
+    return t;
+}
+
+lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape)
+{
+    lz_buffer *b;
+    lz_tensor *t = new_data("lz_zeros", dtype, ndim, shape, &b);
+    if (t) memset(b->data, 0, b->nbytes);
+    return t;
+}
+
+lz_tensor *lz_scalar(float value) { return lz_from_host(&value, LZ_F32, 0, NULL); }
+
+int lz_ndim(const lz_tensor *t) { return t ? t->node->ndim : -1; }
+
+int64_t lz_dim(const lz_tensor *t, int axis)
+{
+    if (!t) return lz_errorf_int("lz_dim: tensor is NULL");
+    int nd = t->node->ndim;
+    if (axis < -nd || axis >= nd) return lz_errorf_int("lz_dim: axis %d out of range for %d dims", axis, nd);
+    return t->node->shape[axis < 0 ? axis + nd : axis];
+}
+
+int64_t lz_numel(const lz_tensor *t) { return t ? lz_node_numel(t->node) : -1; }
+lz_dtype lz_tensor_dtype(const lz_tensor *t) { return t ? (lz_dtype)t->node->dtype : LZ_F32; }
+int lz_is_pending(const lz_tensor *t) { return t && !t->node->buf; }
+
+/* Syncs t alone if pending, then waits for its buffer. */
+static int materialise_and_wait(const char *op, lz_tensor *t)
+{
+    if (!t) return lz_errorf_int("%s: tensor is NULL", op);
+    if (!t->node->buf && lz_sync(&t, 1, 0) != 0) return -1;
+    return lz_executor_wait_buffer(t->node->buf);
+}
+
+int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
+{
+    if (!t) return lz_errorf_int("lz_to_host: tensor is NULL");
+    size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
+    if (nbytes != need) {
+        char s[96];
+        return lz_errorf_int("lz_to_host: tensor %s %s holds %zu bytes, destination has %zu",
+                             lz_shape_str(s, t->node->ndim, t->node->shape),
+                             lz_dtype_name((lz_dtype)t->node->dtype), need, nbytes);
+    }
+    if (need && !dst) return lz_errorf_int("lz_to_host: destination is NULL");
+    if (materialise_and_wait("lz_to_host", t)) return -1;
+    memcpy(dst, t->node->buf->data, need);
+    lz_counters.transfers_from_device++;
+    return 0;
+}
+
+float lz_item(lz_tensor *t)
+{
+    if (!t) { lz_errorf("lz_item: tensor is NULL"); return NAN; }
+    if (lz_node_numel(t->node) != 1) {
+        char s[96];
+        lz_errorf("lz_item: tensor %s has %lld elements, not 1",
+                  lz_shape_str(s, t->node->ndim, t->node->shape), (long long)lz_node_numel(t->node));
+        return NAN;
+    }
+    union { float f; int64_t i64; int32_t i32; } v;
+    if (lz_to_host(t, &v, lz_dtype_size((lz_dtype)t->node->dtype))) return NAN;
+    switch ((lz_dtype)t->node->dtype) {
+    case LZ_I64: return (float)v.i64;
+    case LZ_I32: return (float)v.i32;
+    default: return v.f;
+    }
+}
+
+int lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes)
+{
+    if (!t) return lz_errorf_int("lz_copy_from_host: tensor is NULL");
+    size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
+    if (nbytes != need)
+        return lz_errorf_int("lz_copy_from_host: tensor holds %zu bytes, source has %zu", need, nbytes);
+    if (need && !data) return lz_errorf_int("lz_copy_from_host: data is NULL");
+    /* A fresh buffer, not an overwrite: an execution in flight may still be
+       reading the old one. */
+    lz_buffer *b = lz_buffer_new(need);
+    if (!b) return -1;
+    memcpy(b->data, data, need);
+    lz_counters.transfers_to_device++;
+    lz_node *n = lz_node_new_data(b, (lz_dtype)t->node->dtype, t->node->ndim, t->node->shape);
+    lz_buffer_unref(b);
+    lz_tensor_set_node(t, n);
+    return 0;
+}
+
+int lz_assign(lz_tensor *dst, lz_tensor *src)
+{
+    if (!dst || !src) {
+        if (!lz_last_error()) lz_errorf("lz_assign: %s is NULL", dst ? "src" : "dst");
+        return -1;
+    }
+    if (dst->node->dtype != src->node->dtype || dst->node->ndim != src->node->ndim ||
+        memcmp(dst->node->shape, src->node->shape, sizeof(int64_t) * dst->node->ndim)) {
+        char a[96], b[96];
+        return lz_errorf_int("lz_assign: dst %s %s and src %s %s differ",
+                             lz_shape_str(a, dst->node->ndim, dst->node->shape),
+                             lz_dtype_name((lz_dtype)dst->node->dtype),
+                             lz_shape_str(b, src->node->ndim, src->node->shape),
+                             lz_dtype_name((lz_dtype)src->node->dtype));
+    }
+    if (dst == src) return 0;
+    lz_node_ref(src->node);
+    lz_tensor_set_node(dst, src->node);
+    return 0;
+}

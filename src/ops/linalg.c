@@ -1,0 +1,171 @@
+/* Matrix product and softmax. lz_matmul records MATMUL on operands of at
+ * least 2 dimensions; 1-d operands are reshaped around it as numpy does, so
+ * the IR (and the kernel) only ever sees the batched 2-d form. */
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "ops/ops_util.h"
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+static lz_tensor *matmul_nd(lz_tensor *a, lz_tensor *b);
+
+/* a^T on the last two axes. */
+static lz_tensor *mT(lz_tensor *x) { return lz_transpose(x, -1, -2); }
+
+/* A product of a temporary with another tensor; drops the temporary. */
+static lz_tensor *matmul_free(lz_tensor *a, int free_a, lz_tensor *b, int free_b)
+{
+    lz_tensor *r = a && b ? matmul_nd(a, b) : NULL;
+    if (free_a) lz_free(a);
+    if (free_b) lz_free(b);
+    return r;
+}
+
+static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
+{
+    (void)out;
+    lz_tensor *a = ag->in[0], *b = ag->in[1];
+    int na = lz_t_ndim(a), nb = lz_t_ndim(b);
+    if (lz_needs_grad(a)) {
+        lz_tensor *ga = matmul_free(gout, 0, mT(b), 1);
+        gin[0] = ga ? lz_reduce_to_like(ga, a) : NULL;
+        lz_free(ga);
+        if (!gin[0]) return -1;
+    }
+    if (lz_needs_grad(b)) {
+        if (nb == 2 && na > 2) {
+            /* b was shared by every batch: fold the batch into M so the sum
+               over the batch happens inside one product, not after it. */
+            int64_t ak[2] = {-1, lz_t_shape(a)[na - 1]};
+            int64_t gn[2] = {-1, lz_t_shape(gout)[lz_t_ndim(gout) - 1]};
+            lz_tensor *a2 = lz_reshape(a, 2, ak), *g2 = lz_reshape(gout, 2, gn);
+            lz_tensor *a2t = a2 ? mT(a2) : NULL;
+            lz_free(a2);
+            gin[1] = matmul_free(a2t, 1, g2, 1);
+        } else {
+            lz_tensor *gb = matmul_free(mT(a), 1, gout, 0);
+            gin[1] = gb ? lz_reduce_to_like(gb, b) : NULL;
+            lz_free(gb);
+        }
+        if (!gin[1]) return -1;
+    }
+    return 0;
+}
+
+static void inner_mismatch(lz_tensor *a, lz_tensor *b, int64_t ka, int64_t kb)
+{
+    char sa[96], sb[96];
+    lz_errorf("lz_matmul: shapes %s and %s: inner dimensions %lld and %lld differ",
+              lz_shape_str(sa, lz_t_ndim(a), lz_t_shape(a)),
+              lz_shape_str(sb, lz_t_ndim(b), lz_t_shape(b)), (long long)ka, (long long)kb);
+}
+
+static lz_tensor *matmul_nd(lz_tensor *a, lz_tensor *b)
+{
+    int na = lz_t_ndim(a), nb = lz_t_ndim(b);
+    const int64_t *sa = lz_t_shape(a), *sb = lz_t_shape(b);
+    if (sa[na - 1] != sb[nb - 2]) {
+        inner_mismatch(a, b, sa[na - 1], sb[nb - 2]);
+        return NULL;
+    }
+    int nbatch;
+    int64_t s[LZ_MAX_DIMS];
+    if (lz_broadcast_shape("lz_matmul", na - 2, sa, nb - 2, sb, &nbatch, s) != 0) {
+        char ba[96], bb[96];
+        return lz_errorf("lz_matmul: shapes %s and %s: batch dimensions cannot broadcast",
+                         lz_shape_str(ba, na, sa), lz_shape_str(bb, nb, sb));
+    }
+    if (nbatch + 2 > LZ_MAX_DIMS) return lz_errorf("lz_matmul: too many dimensions");
+    s[nbatch] = sa[na - 2];
+    s[nbatch + 1] = sb[nb - 1];
+    lz_tensor *in[2] = {a, b};
+    lz_tensor *t = lz_record(LZ_OP_MATMUL, LZ_F32, nbatch + 2, s, 2, in, NULL);
+    lz_ag_attach(t, "lz_matmul", matmul_backward, 2, in, NULL);
+    return t;
+}
+
+lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b)
+{
+    lz_tensor *in[2] = {a, b};
+    if (lz_check_operands("lz_matmul", 2, in)) return NULL;
+    if (!lz_require_f32("lz_matmul", a) || !lz_require_f32("lz_matmul", b)) return NULL;
+    int na = lz_t_ndim(a), nb = lz_t_ndim(b);
+    const int64_t *sa = lz_t_shape(a), *sb = lz_t_shape(b);
+    if (na == 0 || nb == 0) {
+        char ba[96], bb[96];
+        return lz_errorf("lz_matmul: shapes %s and %s: 0-d operands are not matrices",
+                         lz_shape_str(ba, na, sa), lz_shape_str(bb, nb, sb));
+    }
+    int64_t ka = sa[na - 1], kb = nb == 1 ? sb[0] : sb[nb - 2];
+    if (ka != kb) {
+        inner_mismatch(a, b, ka, kb);
+        return NULL;
+    }
+    if (na >= 2 && nb >= 2) return matmul_nd(a, b);
+
+    /* numpy: a 1-d a is a row [1, K], a 1-d b a column [K, 1], and the
+       added axis is dropped from the result. */
+    lz_tensor *a2 = a, *b2 = b;
+    if (na == 1) {
+        int64_t s[2] = {1, ka};
+        a2 = lz_reshape(a, 2, s);
+    }
+    if (nb == 1) {
+        int64_t s[2] = {kb, 1};
+        b2 = lz_reshape(b, 2, s);
+    }
+    lz_tensor *r = a2 && b2 ? matmul_nd(a2, b2) : NULL;
+    if (a2 != a) lz_free(a2);
+    if (b2 != b) lz_free(b2);
+    if (!r) return NULL;
+    int nr = lz_t_ndim(r);
+    int64_t s[LZ_MAX_DIMS];
+    memcpy(s, lz_t_shape(r), sizeof(int64_t) * (size_t)nr);
+    if (nb == 1) nr--;                       /* drop N */
+    if (na == 1) {                           /* drop M */
+        s[nr - 2 + (nb == 1)] = s[nr - 1 + (nb == 1)];
+        nr--;
+    }
+    lz_tensor *y = lz_reshape(r, nr, s);
+    lz_free(r);
+    return y;
+}
+
+/* ---- softmax / log_softmax ----------------------------------------------------- */
+
+static int softmax_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
+{
+    if (!lz_needs_grad(ag->in[0])) return 0;
+    lz_tensor *in[2] = {out, gout};
+    lz_op op = ag->attrs.iattr[1] ? LZ_OP_LOG_SOFTMAX_GRAD : LZ_OP_SOFTMAX_GRAD;
+    lz_attrs at = {.n_iattr = 1, .iattr = {ag->attrs.iattr[0]}};
+    gin[0] = lz_record(op, LZ_F32, lz_t_ndim(out), lz_t_shape(out), 2, in, &at);
+    return gin[0] ? 0 : -1;
+}
+
+static lz_tensor *softmax_common(const char *name, lz_tensor *x, int axis, int is_log)
+{
+    if (lz_check_operands(name, 1, &x)) return NULL;
+    if (!lz_require_f32(name, x)) return NULL;
+    int ax = lz_norm_axis(name, axis, lz_t_ndim(x));
+    if (ax < 0) return NULL;
+    lz_attrs at = {.n_iattr = 1, .iattr = {ax}};
+    lz_tensor *t = lz_record(is_log ? LZ_OP_LOG_SOFTMAX : LZ_OP_SOFTMAX, LZ_F32,
+                             lz_t_ndim(x), lz_t_shape(x), 1, &x, &at);
+    /* the record carries which of the two it was in iattr[1] */
+    lz_attrs bt = {.n_iattr = 2, .iattr = {ax, is_log}};
+    lz_ag_attach(t, name, softmax_backward, 1, &x, &bt);
+    return t;
+}
+
+lz_tensor *lz_softmax(lz_tensor *x, int axis)
+{
+    return softmax_common("lz_softmax", x, axis, 0);
+}
+
+lz_tensor *lz_log_softmax(lz_tensor *x, int axis)
+{
+    return softmax_common("lz_log_softmax", x, axis, 1);
+}

@@ -1,0 +1,59 @@
+#include "ops/ops_util.h"
+
+#include "core/error.h"
+
+int64_t lz_shape_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+int lz_broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
+                       int *nout, int64_t *out)
+{
+    int n = na > nb ? na : nb;
+    for (int d = 0; d < n; d++) {
+        int ia = d - (n - na), ib = d - (n - nb);
+        int64_t a = ia >= 0 ? sa[ia] : 1, b = ib >= 0 ? sb[ib] : 1;
+        if (a != b && a != 1 && b != 1) {
+            char s1[96], s2[96];
+            return lz_errorf_int("%s: shapes %s and %s cannot broadcast (dimension %d: %lld vs %lld)",
+                                 op, lz_shape_str(s1, na, sa), lz_shape_str(s2, nb, sb), d,
+                                 (long long)a, (long long)b);
+        }
+        out[d] = a == 1 ? b : a;
+    }
+    *nout = n;
+    return 0;
+}
+
+int lz_norm_axis(const char *op, int axis, int ndim)
+{
+    if (axis < -ndim || axis >= (ndim ? ndim : 1))
+        return lz_errorf_int("%s: axis %d out of range for a %d-d tensor", op, axis, ndim);
+    return axis < 0 ? axis + ndim : axis;
+}
+
+lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like)
+{
+    if (!g || !like) return NULL;
+    int gn = lz_t_ndim(g), ln = lz_t_ndim(like);
+    int axes[LZ_MAX_DIMS], n = 0;
+    for (int d = 0; d < gn; d++) {
+        int ld = d - (gn - ln);
+        if (ld < 0 || (lz_t_shape(like)[ld] == 1 && lz_t_shape(g)[d] != 1)) axes[n++] = d;
+    }
+    if (!n && gn == ln) return lz_retain(g);
+    lz_tensor *s = n ? lz_sum_axes(g, n, axes, 1) : lz_retain(g);
+    lz_tensor *r = lz_reshape(s, ln, lz_t_shape(like));
+    lz_free(s);
+    return r;
+}
+
+int lz_require_f32(const char *op, const lz_tensor *t)
+{
+    if (lz_t_dtype(t) == LZ_F32) return 1;
+    lz_errorf("%s: dtype %s not supported (f32 only)", op, lz_dtype_name(lz_t_dtype(t)));
+    return 0;
+}

@@ -1,0 +1,24 @@
+/* Helpers shared by op constructors: shape inference and gradient shaping. */
+#ifndef LZ_OPS_UTIL_H
+#define LZ_OPS_UTIL_H
+
+#include "core/tensor.h"
+
+/* numpy broadcast of two shapes; on mismatch sets "op: shapes [..] and [..]
+   cannot broadcast" and returns -1. */
+int lz_broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
+                       int *nout, int64_t *out);
+/* Normalises axis (negative counts from the end); -1 + error if out of range. */
+int lz_norm_axis(const char *op, int axis, int ndim);
+/* Sums g over the axes that broadcasting added or stretched so that it has
+   like's shape (returns a new reference to g's tensor if nothing to do). */
+lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like);
+int64_t lz_shape_numel(int ndim, const int64_t *shape);
+/* 1 if the dtype is f32; otherwise sets "op: dtype X not supported (f32 only)". */
+int lz_require_f32(const char *op, const lz_tensor *t);
+
+static inline int lz_t_ndim(const lz_tensor *t) { return t->node->ndim; }
+static inline const int64_t *lz_t_shape(const lz_tensor *t) { return t->node->shape; }
+static inline lz_dtype lz_t_dtype(const lz_tensor *t) { return (lz_dtype)t->node->dtype; }
+
+#endif

@@ -1,0 +1,8 @@
+#ifndef LZ_OPS_TEST_GATE_H
+#define LZ_OPS_TEST_GATE_H
+
+#include "core/tensor.h"
+
+lz_tensor *lz_test_gate(lz_tensor *x);
+
+#endif

@@ -1,0 +1,36 @@
+#include "runtime/buffer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static lz_buffer *buffer_alloc(size_t nbytes, int ready)
+{
+    lz_buffer *b = calloc(1, sizeof *b);
+    if (!b) return lz_errorf("out of memory allocating a buffer header");
+    /* Zero-sized tensors still get a distinct, valid pointer. */
+    b->data = lz_device_alloc(nbytes ? nbytes : 1);
+    if (!b->data) {
+        free(b);
+        return lz_errorf("out of device memory allocating %zu bytes", nbytes);
+    }
+    b->nbytes = nbytes;
+    b->ready = ready;
+    b->host_seen = ready;
+    atomic_init(&b->refs, 1);
+    return b;
+}
+
+lz_buffer *lz_buffer_new(size_t nbytes) { return buffer_alloc(nbytes, 1); }
+lz_buffer *lz_buffer_placeholder(size_t nbytes) { return buffer_alloc(nbytes, 0); }
+
+void lz_buffer_ref(lz_buffer *b) { atomic_fetch_add(&b->refs, 1); }
+
+void lz_buffer_unref(lz_buffer *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+    lz_device_free(b->data, b->nbytes ? b->nbytes : 1);
+    free(b->error);
+    free(b);
+}

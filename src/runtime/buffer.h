@@ -1,0 +1,33 @@
+/* Buffers: device memory holding a tensor's values. A buffer made for an
+ * execution's output is a placeholder until the executor marks it ready. */
+#ifndef LZ_BUFFER_H
+#define LZ_BUFFER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/memory.h"
+
+typedef struct lz_buffer {
+    atomic_int refs;
+    void  *data;             /* 64-byte aligned */
+    size_t nbytes;
+    /* written by the executor under the queue lock */
+    int    ready;
+    int    host_seen;        /* the host has waited for it once (host_waits) */
+    char  *error;            /* the failure that kept this buffer from being filled */
+    /* graph-cut scratch of the recording thread: input slot in the cut of
+       that epoch */
+    uint32_t cut_epoch;
+    int      cut_slot;
+} lz_buffer;
+
+/* A ready buffer of nbytes (contents undefined). NULL + error on failure. */
+lz_buffer *lz_buffer_new(size_t nbytes);
+/* A placeholder that an enqueued execution will fill. */
+lz_buffer *lz_buffer_placeholder(size_t nbytes);
+void       lz_buffer_ref(lz_buffer *b);
+void       lz_buffer_unref(lz_buffer *b);
+
+#endif

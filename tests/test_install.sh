@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix, then builds the README's example
+# against it the way a user would (pkg-config), shared and static, and runs it:
+# each must exit 0 and print a loss that goes down.
+# usage: test_install.sh BUILD_DIR EXAMPLE.c
+set -euo pipefail
+build=$1 example=$2
+cc=${CC:-cc}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" \
+  || { cat "$tmp/install.log"; exit 1; }
+
+pc=$(find "$prefix" -name lazyc.pc)
+[ -n "$pc" ] || { echo "FAIL: no lazyc.pc under $prefix"; exit 1; }
+for f in include/lazyc.h bin/lazyc; do
+  [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
+done
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
+pkg-config --exists lazyc || { echo "FAIL: pkg-config cannot read $pc"; cat "$pc"; exit 1; }
+libdir=$(pkg-config --variable=libdir lazyc)
+case "$libdir" in "$prefix"/*) ;; *) echo "FAIL: libdir $libdir is outside $prefix"; exit 1;; esac
+
+# The example must build from the installed header alone, not the source tree.
+cp "$example" "$tmp/train_mlp.c"
+cd "$tmp"
+
+check_run() { # name: run ./name, expect exit 0 and a falling loss
+  local name=$1 out
+  out=$("./$name") || { echo "FAIL: $name exited $?"; echo "$out"; exit 1; }
+  echo "$out" | awk -v name="$name" '
+    / loss / { v = $NF + 0; if (n == 0) first = v; last = v; n++ }
+    END {
+      if (n < 2) { print "FAIL: " name " printed " n " loss lines"; exit 1 }
+      if (!(last < 0.5 * first)) { print "FAIL: " name " loss " first " -> " last " did not fall"; exit 1 }
+      print name ": " n " loss lines, " first " -> " last
+    }' || { echo "$out"; exit 1; }
+}
+
+# shared: exactly the README's command line
+# shellcheck disable=SC2046
+$cc -std=c11 -Wall -Wextra -Werror train_mlp.c $(pkg-config --cflags --libs lazyc) -o train_shared
+ldd ./train_shared | grep -q "$libdir/liblazyc.so" \
+  || { echo "FAIL: train_shared does not load liblazyc.so from $libdir"; ldd ./train_shared; exit 1; }
+check_run train_shared
+
+# static: Libs.private must be enough to resolve every symbol of liblazyc.a
+static_libs=$(pkg-config --static --libs lazyc | sed 's/-llazyc\b/-l:liblazyc.a/')
+# shellcheck disable=SC2046,SC2086
+$cc -std=c11 -Wall -Wextra -Werror train_mlp.c $(pkg-config --cflags lazyc) $static_libs -o train_static
+if ldd ./train_static | grep -q liblazyc; then
+  echo "FAIL: train_static still loads liblazyc.so"; exit 1
+fi
+check_run train_static
+echo "test_install: ok"

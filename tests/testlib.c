@@ -1,0 +1,110 @@
+#include "testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdint.h>
+
+int lz_test_passed, lz_test_failed;
+
+int lz_test_done(void)
+{
+    printf("%d passed, %d failed\n", lz_test_passed, lz_test_failed);
+    return lz_test_failed != 0 || lz_test_passed == 0;
+}
+
+void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        x[i] = lo + (hi - lo) * (float)((s >> 40) / (double)(1ull << 24));
+    }
+}
+
+double lz_test_rel_err(const float *a, const float *b, int64_t n)
+{
+    double maxb = 1e-12, maxd = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs(b[i]) > maxb) maxb = fabs(b[i]);
+        double d = fabs((double)a[i] - b[i]);
+        if (d > maxd || isnan(d)) maxd = isnan(d) ? INFINITY : d;
+    }
+    return maxd / maxb;
+}
+
+lz_tensor *lz_test_rand(unsigned seed, float lo, float hi, int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    lz_test_fill_uniform(x, n, seed, lo, hi);
+    lz_tensor *t = lz_from_host(x, LZ_F32, ndim, shape);
+    free(x);
+    return t;
+}
+
+float *lz_test_read(lz_tensor *t)
+{
+    int64_t n = lz_numel(t);
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (lz_to_host(t, x, sizeof(float) * (size_t)n) != 0) { free(x); return NULL; }
+    return x;
+}
+
+static double weighted_sum(lz_test_fn f, void *ctx, lz_tensor *const *in, const float *w)
+{
+    lz_tensor *y = f(ctx, in);
+    if (!y) return NAN;
+    int64_t n = lz_numel(y);
+    float *v = lz_test_read(y);
+    lz_free(y);
+    if (!v) return NAN;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)v[i] * w[i];
+    free(v);
+    return s;
+}
+
+double lz_test_gradcheck(lz_test_fn f, void *ctx, int n_in, lz_tensor *const *in)
+{
+    lz_tensor *y = f(ctx, in);
+    if (!y) return INFINITY;
+    int64_t ny = lz_numel(y);
+    int64_t shape[LZ_MAX_DIMS];
+    for (int d = 0; d < lz_ndim(y); d++) shape[d] = lz_dim(y, d);
+    lz_tensor *w = lz_test_rand(4242, 0.5f, 1.5f, lz_ndim(y), shape);
+    float *wv = lz_test_read(w);
+    lz_tensor *loss = lz_sum(lz_mul(y, w));
+    for (int i = 0; i < n_in; i++) lz_zero_grad(in[i]);
+    if (!loss || lz_backward(loss) != 0) return INFINITY;
+    double worst = 0;
+    for (int i = 0; i < n_in; i++) {
+        lz_tensor *g = lz_grad(in[i]);
+        if (!g) continue;
+        int64_t n = lz_numel(in[i]);
+        float *x = lz_test_read(in[i]), *gv = lz_test_read(g);
+        float *xp = malloc(sizeof(float) * (size_t)n);
+        double maxg = 1e-6, maxd = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const float eps = 1e-2f * (fabsf(x[k]) > 1 ? fabsf(x[k]) : 1);
+            double num[2];
+            for (int side = 0; side < 2; side++) {
+                for (int64_t j = 0; j < n; j++) xp[j] = x[j];
+                xp[k] = x[k] + (side ? -eps : eps);
+                lz_copy_from_host(in[i], xp, sizeof(float) * (size_t)n);
+                num[side] = weighted_sum(f, ctx, in, wv);
+            }
+            double numeric = (num[0] - num[1]) / (2.0 * eps);
+            if (fabs(numeric) > maxg) maxg = fabs(numeric);
+            double d = fabs(numeric - gv[k]);
+            if (d > maxd || isnan(d)) maxd = isnan(d) ? INFINITY : d;
+        }
+        lz_copy_from_host(in[i], x, sizeof(float) * (size_t)n);
+        if (maxd / maxg > worst) worst = maxd / maxg;
+        free(x); free(gv); free(xp);
+    }
+    (void)ny;
+    free(wv);
+    lz_free(w); lz_free(loss); lz_free(y);
+    return worst;
+}

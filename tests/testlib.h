@@ -1,0 +1,41 @@
+/* Minimal test harness: CHECK records a failure and goes on; a test
+ * program ends with `return lz_test_done();`, which prints
+ * "N passed, N failed" and returns non-zero on any failure. */
+#ifndef LZ_TESTLIB_H
+#define LZ_TESTLIB_H
+
+#include <stdio.h>
+#include "lazyc.h"
+
+extern int lz_test_passed, lz_test_failed;
+
+#define CHECK(cond) do { if (cond) lz_test_passed++; else { lz_test_failed++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+            lz_last_error() ? lz_last_error() : "none"); } } while (0)
+#define CHECK_EQ_I(a, b) do { long long va_ = (long long)(a), vb_ = (long long)(b); \
+    if (va_ == vb_) lz_test_passed++; else { lz_test_failed++; \
+    fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, va_, vb_); } } while (0)
+#define CHECK_NEAR(a, b, tol) do { double va_ = (a), vb_ = (b); \
+    if (fabs(va_ - vb_) <= (tol)) lz_test_passed++; else { lz_test_failed++; \
+    fprintf(stderr, "%s:%d: |%s - %s| <= %g failed: %.9g vs %.9g\n", __FILE__, __LINE__, #a, #b, (double)(tol), va_, vb_); } } while (0)
+
+int lz_test_done(void);
+/* Deterministic uniform floats in [lo, hi) from a seed. */
+void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi);
+/* Max |a-b| / max(max|b|, 1e-12): the relative error the parity tests use. */
+double lz_test_rel_err(const float *a, const float *b, int64_t n);
+/* A new f32 tensor of the given shape with uniform values in [lo, hi). */
+lz_tensor *lz_test_rand(unsigned seed, float lo, float hi, int ndim, const int64_t *shape);
+/* Copies a tensor to a malloc'ed float array (caller frees); NULL on error. */
+float *lz_test_read(lz_tensor *t);
+
+#endif
+
+/* Gradient check by central finite differences. f builds an output from
+   the inputs; the check compares d(sum(f(in) * w))/d(in[i]) from
+   lz_backward against differences in f64 of the same scalar, for every
+   f32 input whose requires-grad flag the caller set. w is a fixed random
+   weighting, so every output element matters. Returns the worst relative
+   error (max-abs error over max-abs gradient), or INFINITY on an error. */
+typedef lz_tensor *(*lz_test_fn)(void *ctx, lz_tensor *const *in);
+double lz_test_gradcheck(lz_test_fn f, void *ctx, int n_in, lz_tensor *const *in);
