@@ -188,8 +188,8 @@ static inline lz_tensor *lzfx_to_lz(const lzfx_tensor *t)
     return lz_from_host(t->data, t->dtype, t->ndim, t->shape);
 }
 
-/* Data of tensor `name`, viewed as count elements starting at element off
-   (the caller checked the dtype); NULL when absent. */
+/* Address of element off of t's data (to feed one batch of a stacked
+   tensor). */
 static inline const void *lzfx_data_at(const lzfx_tensor *t, int64_t off)
 {
     return (const char *)t->data + (size_t)off * lzfx_dtype_size(t->dtype);

@@ -2,14 +2,21 @@
 # Installs the build into a temporary prefix, then builds the README's example
 # against it the way a user would (pkg-config), shared and static, and runs it:
 # each must exit 0 and print a loss that goes down.
-# usage: test_install.sh BUILD_DIR EXAMPLE.c
+# With README.md given, its C example must be EXAMPLE.c verbatim.
+# usage: test_install.sh BUILD_DIR EXAMPLE.c [README.md]
 set -euo pipefail
-build=$1 example=$2
+build=$1 example=$2 readme=${3:-}
 cc=${CC:-cc}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
+
+if [ -n "$readme" ]; then
+  if ! awk '/^```c$/ { on = 1; next } /^```$/ { on = 0 } on' "$readme" | diff - "$example"; then
+    echo "FAIL: the C example in $readme differs from $example"; exit 1
+  fi
+fi
 
 cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" \
   || { cat "$tmp/install.log"; exit 1; }

@@ -18,31 +18,22 @@ typedef struct op_info {
     const char *name;
     double tol;
     int cases[2];            /* fixtures run, per mode */
+    double worst_out, worst_grad;   /* over all cases and both modes */
 } op_info;
 
 /* Element-wise ops (and the pure data-movement shape ops) at 1e-5;
    anything that sums many terms (reductions, matmul, softmax, losses, and
    expand whose gradient is a sum) at 1e-4. */
+#define EW(name) {name, TOL_ELEMENTWISE, {0, 0}, 0, 0}
+#define RED(name) {name, TOL_REDUCTION, {0, 0}, 0, 0}
 static op_info OPS[] = {
-    {"add", TOL_ELEMENTWISE, {0, 0}}, {"sub", TOL_ELEMENTWISE, {0, 0}},
-    {"mul", TOL_ELEMENTWISE, {0, 0}}, {"div", TOL_ELEMENTWISE, {0, 0}},
-    {"maximum", TOL_ELEMENTWISE, {0, 0}}, {"neg", TOL_ELEMENTWISE, {0, 0}},
-    {"exp", TOL_ELEMENTWISE, {0, 0}}, {"log", TOL_ELEMENTWISE, {0, 0}},
-    {"sqrt", TOL_ELEMENTWISE, {0, 0}}, {"rsqrt", TOL_ELEMENTWISE, {0, 0}},
-    {"pow", TOL_ELEMENTWISE, {0, 0}}, {"tanh", TOL_ELEMENTWISE, {0, 0}},
-    {"sigmoid", TOL_ELEMENTWISE, {0, 0}}, {"relu", TOL_ELEMENTWISE, {0, 0}},
-    {"gelu", TOL_ELEMENTWISE, {0, 0}}, {"gt", TOL_ELEMENTWISE, {0, 0}},
-    {"lt", TOL_ELEMENTWISE, {0, 0}}, {"ge", TOL_ELEMENTWISE, {0, 0}},
-    {"le", TOL_ELEMENTWISE, {0, 0}}, {"eq", TOL_ELEMENTWISE, {0, 0}},
-    {"where", TOL_ELEMENTWISE, {0, 0}}, {"cast", TOL_ELEMENTWISE, {0, 0}},
-    {"sum", TOL_REDUCTION, {0, 0}}, {"mean", TOL_REDUCTION, {0, 0}},
-    {"sum_axes", TOL_REDUCTION, {0, 0}}, {"mean_axes", TOL_REDUCTION, {0, 0}},
-    {"max_axes", TOL_REDUCTION, {0, 0}}, {"reshape", TOL_ELEMENTWISE, {0, 0}},
-    {"permute", TOL_ELEMENTWISE, {0, 0}}, {"transpose", TOL_ELEMENTWISE, {0, 0}},
-    {"expand", TOL_REDUCTION, {0, 0}}, {"slice", TOL_ELEMENTWISE, {0, 0}},
-    {"cat", TOL_ELEMENTWISE, {0, 0}}, {"matmul", TOL_REDUCTION, {0, 0}},
-    {"softmax", TOL_REDUCTION, {0, 0}}, {"log_softmax", TOL_REDUCTION, {0, 0}},
-    {"cross_entropy", TOL_REDUCTION, {0, 0}},
+    EW("add"), EW("sub"), EW("mul"), EW("div"), EW("maximum"),
+    EW("neg"), EW("exp"), EW("log"), EW("sqrt"), EW("rsqrt"), EW("pow"),
+    EW("tanh"), EW("sigmoid"), EW("relu"), EW("gelu"),
+    EW("gt"), EW("lt"), EW("ge"), EW("le"), EW("eq"), EW("where"), EW("cast"),
+    RED("sum"), RED("mean"), RED("sum_axes"), RED("mean_axes"), RED("max_axes"),
+    EW("reshape"), EW("permute"), EW("transpose"), RED("expand"), EW("slice"), EW("cat"),
+    RED("matmul"), RED("softmax"), RED("log_softmax"), RED("cross_entropy"),
 };
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
 
@@ -230,6 +221,7 @@ static int run_case(const char *dir, const char *file, int eager)
     size_t o = (size_t)snprintf(line, sizeof line, "%-26s %-5s", file, mode);
     int pass = ok;
     if (!ok) {
+        info->worst_out = INFINITY;
         o += (size_t)snprintf(line + o, sizeof line - o, " ERROR %s",
                               lz_last_error() ? lz_last_error() : "(no message)");
     } else {
@@ -243,6 +235,7 @@ static int run_case(const char *dir, const char *file, int eager)
         double e = compare(out, ref_out);
         o += (size_t)snprintf(line + o, sizeof line - o, " out %.2e", e);
         if (!(e <= info->tol)) pass = 0;
+        if (!(e <= info->worst_out)) info->worst_out = e;
         for (int i = 0; i < n; i++) {
             if (!gs[i]) continue;
             lz_tensor *g = lz_grad(in[i]);
@@ -250,6 +243,7 @@ static int run_case(const char *dir, const char *file, int eager)
             o += (size_t)snprintf(line + o, sizeof line - o, " g%d %.2e%s", i, ge,
                                   g ? "" : "(no grad)");
             if (!(ge <= info->tol)) pass = 0;
+            if (!(ge <= info->worst_grad)) info->worst_grad = ge;
         }
     }
     /* Lazy mode: recording forward and backward ran nothing, and the whole
@@ -292,6 +286,11 @@ int main(int argc, char **argv)
         printf("== %s mode: %d fixture(s) failed\n", eager ? "eager" : "lazy", failed);
     }
     lz_set_eager(0);
+    printf("== per op, worst relative error over its fixtures in both modes\n");
+    for (int i = 0; i < N_OPS; i++)
+        printf("%-14s %2d case(s)  out %.2e  grad %.2e  tol %.0e %s\n", OPS[i].name,
+               OPS[i].cases[0], OPS[i].worst_out, OPS[i].worst_grad, OPS[i].tol,
+               OPS[i].worst_out <= OPS[i].tol && OPS[i].worst_grad <= OPS[i].tol ? "ok" : "FAIL");
     for (int i = 0; i < N_OPS; i++) {
         if (OPS[i].cases[0] == 0 || OPS[i].cases[1] == 0)
             fprintf(stderr, "op %s has no fixture\n", OPS[i].name);

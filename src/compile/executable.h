@@ -20,7 +20,7 @@ typedef struct lz_executable {
     lz_backend_exec  *bexec;
     void    *arena;          /* prog.arena_bytes; executions of one executable
                                 run one at a time (FIFO queue), so one suffices */
-    int      pinned;         /* replayed by a capture: never evicted */
+    int      pinned;         /* captures replaying it: while > 0, never evicted */
 } lz_executable;
 
 /* Lowers g to a program, plans its memory and prepares its kernels.

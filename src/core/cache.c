@@ -75,7 +75,7 @@ void lz_cache_insert(lz_executable *exe)
     size++;
     for (entry *victim = lru_tail, *prev; victim && size > cap(); victim = prev) {
         prev = victim->lru_prev;
-        if (!victim->exe->pinned && victim != e) remove_entry(victim);
+        if (victim->exe->pinned <= 0 && victim != e) remove_entry(victim);
     }
 }
 

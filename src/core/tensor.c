@@ -11,6 +11,9 @@
 
 static lz_tensor *live_head;
 static int live_n;
+static lz_tensor *all_head;
+
+lz_tensor *lz_all_first(void) { return all_head; }
 
 static void live_add(lz_tensor *t)
 {
@@ -50,6 +53,9 @@ lz_tensor *lz_tensor_wrap(lz_node *node)
     assert(t);
     t->refs = 1;
     t->node = node;
+    t->all_next = all_head;
+    if (all_head) all_head->all_prev = t;
+    all_head = t;
     if (!node->buf) live_add(t);
     lz_scope_register(t);
     return t;
@@ -70,6 +76,9 @@ void lz_tensor_unref(lz_tensor *t)
 {
     if (!t || --t->refs > 0) return;
     live_remove(t);
+    if (t->all_prev) t->all_prev->all_next = t->all_next;
+    else all_head = t->all_next;
+    if (t->all_next) t->all_next->all_prev = t->all_prev;
     lz_node_unref(t->node);
     if (t->grad) lz_tensor_unref(t->grad);
     if (t->ag) lz_ag_free(t->ag);
@@ -110,7 +119,7 @@ lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
     if (srcs != srcs_small) free(srcs);
     lz_tensor *t = lz_tensor_wrap(node);
     lz_counters.trace_ms += lz_now_ms() - t0;
-    if (lz_is_eager() && lz_sync(&t, 1, 0) != 0) {
+    if (lz_is_eager() && lz_sync_tensors(&t, 1, 0) != 0) {
         lz_free(t);
         return NULL;
     }

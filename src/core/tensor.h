@@ -15,10 +15,14 @@ struct lz_tensor {
     /* live registry: tensors whose node is pending */
     lz_tensor *live_prev, *live_next;
     int in_live;
+    /* every tensor, for capture's one-time mapping of buffers to tensors */
+    lz_tensor *all_prev, *all_next;
     /* autograd */
     int requires_grad;
     lz_tensor *grad;         /* accumulated gradient, owned */
     struct lz_ag *ag;        /* how this tensor was made, if it needs a grad */
+    /* capture scratch: set on the tensors alive when a trace starts */
+    uint32_t capture_epoch;
     /* backward-pass scratch */
     uint32_t ag_epoch;
     lz_tensor *ag_acc;       /* gradient accumulated so far in this pass */
@@ -38,6 +42,8 @@ void       lz_tensor_unref(lz_tensor *t);
 void       lz_live_prune(void);
 int        lz_live_count(void);
 lz_tensor *lz_live_first(void);
+/* Every tensor alive (capture walks them once when it traces). */
+lz_tensor *lz_all_first(void);
 
 /* Scopes (core/scope.c). */
 void       lz_scope_register(lz_tensor *t);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/capture.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/step.h"
@@ -104,7 +105,8 @@ int lz_is_pending(const lz_tensor *t) { return t && !t->node->buf; }
 static int materialise_and_wait(const char *op, lz_tensor *t)
 {
     if (!t) return lz_errorf_int("%s: tensor is NULL", op);
-    if (!t->node->buf && lz_sync(&t, 1, 0) != 0) return -1;
+    lz_capture_note_break(op);
+    if (!t->node->buf && lz_sync_tensors(&t, 1, 0) != 0) return -1;
     return lz_executor_wait_buffer(t->node->buf);
 }
 
@@ -128,6 +130,7 @@ int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
 float lz_item(lz_tensor *t)
 {
     if (!t) { lz_errorf("lz_item: tensor is NULL"); return NAN; }
+    lz_capture_note_break("lz_item");
     if (lz_node_numel(t->node) != 1) {
         char s[96];
         lz_errorf("lz_item: tensor %s has %lld elements, not 1",

@@ -11,16 +11,23 @@
 
 static lz_tensor *matmul_nd(lz_tensor *a, lz_tensor *b);
 
-/* a^T on the last two axes. */
-static lz_tensor *mT(lz_tensor *x) { return lz_transpose(x, -1, -2); }
-
-/* A product of a temporary with another tensor; drops the temporary. */
-static lz_tensor *matmul_free(lz_tensor *a, int free_a, lz_tensor *b, int free_b)
+/* op(a) @ op(b) for the backward, where op transposes the last two axes
+   when its flag is set. The flags ride in MATMUL's iattr[0] (a) and
+   iattr[1] (b) and the kernel hands them to sgemm, so a gradient never
+   copies a weight just to transpose it. Gradients carry no autograd record
+   of their own (no second derivatives). */
+static lz_tensor *matmul_t(lz_tensor *a, int ta, lz_tensor *b, int tb)
 {
-    lz_tensor *r = a && b ? matmul_nd(a, b) : NULL;
-    if (free_a) lz_free(a);
-    if (free_b) lz_free(b);
-    return r;
+    if (!a || !b) return NULL;
+    int na = lz_t_ndim(a), nb = lz_t_ndim(b), nbatch;
+    const int64_t *sa = lz_t_shape(a), *sb = lz_t_shape(b);
+    int64_t s[LZ_MAX_DIMS];
+    if (lz_broadcast_shape("lz_matmul", na - 2, sa, nb - 2, sb, &nbatch, s) != 0) return NULL;
+    s[nbatch] = ta ? sa[na - 1] : sa[na - 2];
+    s[nbatch + 1] = tb ? sb[nb - 2] : sb[nb - 1];
+    lz_tensor *in[2] = {a, b};
+    lz_attrs at = {.n_iattr = 2, .iattr = {ta, tb}};
+    return lz_record(LZ_OP_MATMUL, LZ_F32, nbatch + 2, s, 2, in, &at);
 }
 
 static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
@@ -29,23 +36,23 @@ static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_
     lz_tensor *a = ag->in[0], *b = ag->in[1];
     int na = lz_t_ndim(a), nb = lz_t_ndim(b);
     if (lz_needs_grad(a)) {
-        lz_tensor *ga = matmul_free(gout, 0, mT(b), 1);
+        lz_tensor *ga = matmul_t(gout, 0, b, 1);                /* g @ b^T */
         gin[0] = ga ? lz_reduce_to_like(ga, a) : NULL;
         lz_free(ga);
         if (!gin[0]) return -1;
     }
     if (lz_needs_grad(b)) {
         if (nb == 2 && na > 2) {
-            /* b was shared by every batch: fold the batch into M so the sum
-               over the batch happens inside one product, not after it. */
+            /* b was shared by every batch: fold the batch into the rows so
+               the sum over the batch happens inside one product. */
             int64_t ak[2] = {-1, lz_t_shape(a)[na - 1]};
             int64_t gn[2] = {-1, lz_t_shape(gout)[lz_t_ndim(gout) - 1]};
             lz_tensor *a2 = lz_reshape(a, 2, ak), *g2 = lz_reshape(gout, 2, gn);
-            lz_tensor *a2t = a2 ? mT(a2) : NULL;
+            gin[1] = matmul_t(a2, 1, g2, 0);
             lz_free(a2);
-            gin[1] = matmul_free(a2t, 1, g2, 1);
+            lz_free(g2);
         } else {
-            lz_tensor *gb = matmul_free(mT(a), 1, gout, 0);
+            lz_tensor *gb = matmul_t(a, 1, gout, 0);            /* a^T @ g */
             gin[1] = gb ? lz_reduce_to_like(gb, b) : NULL;
             lz_free(gb);
         }

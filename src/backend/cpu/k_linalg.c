@@ -39,23 +39,28 @@ static int64_t batch_numel(const lz_value *v)
     return n;
 }
 
+/* iattr[0] / iattr[1] set: a / b is stored with its last two axes swapped
+   (a backward rule asks for a^T or b^T without copying it). */
 static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
     const lz_value *va = &p->values[s->in[0]], *vb = &p->values[s->in[1]];
     const lz_value *vo = &p->values[s->out];
     const float *A = ptrs[s->in[0]], *B = ptrs[s->in[1]];
     float *C = ptrs[s->out];
+    const int ta = s->iattr[0] != 0, tb = s->iattr[1] != 0;
     const int64_t M = vo->shape[vo->ndim - 2], N = vo->shape[vo->ndim - 1];
-    const int64_t K = va->shape[va->ndim - 1];
+    const int64_t K = ta ? va->shape[va->ndim - 2] : va->shape[va->ndim - 1];
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    const char ca = ta ? 'T' : 'N', cb = tb ? 'T' : 'N';
     const int64_t nbatch = batch_numel(vo);
     if (vo->numel == 0) return NULL;
     if (K == 0) {
         memset(C, 0, vo->nbytes);
         return NULL;
     }
-    /* A batch of a against one shared b is one tall product. */
-    if (batch_numel(vb) == 1 && batch_numel(va) == nbatch) {
-        if (dnnl_sgemm('N', 'N', nbatch * M, N, K, 1.0f, A, K, B, N, 0.0f, C, N) != dnnl_success)
+    /* A batch of row-major a against one shared b is one tall product. */
+    if (!ta && batch_numel(vb) == 1 && batch_numel(va) == nbatch) {
+        if (dnnl_sgemm('N', cb, nbatch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N) != dnnl_success)
             return "lz_matmul: dnnl_sgemm failed";
         return NULL;
     }
@@ -74,7 +79,7 @@ static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *
             oa += idx * sa[d];
             ob += idx * sb[d];
         }
-        if (dnnl_sgemm('N', 'N', M, N, K, 1.0f, A + oa * M * K, K, B + ob * K * N, N, 0.0f,
+        if (dnnl_sgemm(ca, cb, M, N, K, 1.0f, A + oa * M * K, lda, B + ob * K * N, ldb, 0.0f,
                        C + bi * M * N, N) != dnnl_success)
             failed = 1;
     }

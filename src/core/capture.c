@@ -1,0 +1,491 @@
+/* Capture and replay: trace a step function once, keep its executable,
+ * replay it with new inputs.
+ *
+ * A trace runs the function on the real inputs and cuts one graph whose
+ * inputs are every data leaf it reached and whose outputs are the returned
+ * tensors plus every tensor left pending (parameters, gradients, optimizer
+ * state updated in place). Each input slot is bound to where its buffer
+ * came from: an explicit input, a tensor alive across calls (state, a
+ * learning-rate scalar), or a constant buffer. A replay only binds buffers,
+ * enqueues the pinned executable and points the state tensors at the new
+ * buffers (donation: no copy). It records no IR and computes no hash.
+ *
+ * A trace that created state (a leaf's first gradient, lazily made
+ * optimizer buffers) is not steady: it runs as a warm-up and the next call
+ * traces again. A trace that reads a value on the host is a graph break:
+ * the function is then traced on every call. */
+#include "core/capture.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/graph.h"
+#include "core/metrics.h"
+#include "core/step.h"
+#include "core/tensor.h"
+#include "runtime/executor.h"
+
+enum { SRC_INPUT, SRC_TENSOR, SRC_CONST };
+
+typedef struct binding {
+    int kind;
+    int index;               /* SRC_INPUT: explicit input; outputs: graph output slot */
+    lz_tensor *t;            /* SRC_TENSOR (owned reference) */
+    lz_buffer *buf;          /* SRC_CONST (owned reference) */
+} binding;
+
+typedef struct out_desc {
+    uint8_t dtype, ndim;
+    int64_t shape[LZ_MAX_DIMS];
+    size_t nbytes;
+} out_desc;
+
+typedef struct trace {
+    /* guard: the explicit inputs' dtypes and shapes */
+    uint8_t *dtype, *ndim;
+    int64_t (*shape)[LZ_MAX_DIMS];
+    int warmed_up, captured;
+    lz_executable *exe;      /* pinned */
+    int n_slots;
+    binding *slots;          /* per input slot of exe */
+    int n_outputs;
+    out_desc *outputs;       /* per output slot of exe */
+    binding *returned;       /* per returned tensor: SRC_INPUT / SRC_CONST, or
+                                kind -1 with index = output slot */
+    int n_state;
+    lz_tensor **state;       /* owned; updated in place on replay */
+    int *state_slot;
+    lz_tensor **grad_of;     /* per state tensor: the leaf whose grad it is (owned), or NULL */
+    struct trace *next;
+} trace;
+
+struct lz_fn {
+    lz_step_fn fn;
+    void *ctx;
+    int n_in, n_out;
+    trace *traces;
+    int fallback;            /* a graph break was seen: trace every call */
+};
+
+static lz_fn *tracing;
+static const char *break_reason;
+
+void lz_capture_note_break(const char *reason)
+{
+    if (tracing && !break_reason) break_reason = reason;
+}
+
+lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out)
+{
+    if (!fn) return lz_errorf("lz_capture: step function is NULL");
+    if (n_in < 0 || n_out < 0) return lz_errorf("lz_capture: negative input or output count (%d, %d)", n_in, n_out);
+    lz_fn *f = calloc(1, sizeof *f);
+    if (!f) return lz_errorf("lz_capture: out of memory");
+    f->fn = fn;
+    f->ctx = ctx;
+    f->n_in = n_in;
+    f->n_out = n_out;
+    return f;
+}
+
+static int guard_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
+{
+    for (int k = 0; k < f->n_in; k++) {
+        const lz_node *n = in[k]->node;
+        if (n->dtype != tr->dtype[k] || n->ndim != tr->ndim[k] ||
+            memcmp(n->shape, tr->shape[k], sizeof(int64_t) * n->ndim))
+            return 0;
+    }
+    return 1;
+}
+
+static trace *new_trace(lz_fn *f, lz_tensor *const *in)
+{
+    trace *tr = calloc(1, sizeof *tr);
+    assert(tr);
+    tr->dtype = malloc((size_t)f->n_in + 1);
+    tr->ndim = malloc((size_t)f->n_in + 1);
+    tr->shape = malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
+    assert(tr->dtype && tr->ndim && tr->shape);
+    for (int k = 0; k < f->n_in; k++) {
+        tr->dtype[k] = in[k]->node->dtype;
+        tr->ndim[k] = in[k]->node->ndim;
+        memcpy(tr->shape[k], in[k]->node->shape, sizeof tr->shape[k]);
+    }
+    tr->next = f->traces;
+    f->traces = tr;
+    return tr;
+}
+
+static void release_binding(binding *b)
+{
+    if (b->t) lz_tensor_unref(b->t);
+    if (b->buf) lz_buffer_unref(b->buf);
+    b->t = NULL;
+    b->buf = NULL;
+}
+
+/* Drops what a capture holds, keeping the guard. */
+static void clear_capture(trace *tr)
+{
+    for (int i = 0; i < tr->n_slots; i++) release_binding(&tr->slots[i]);
+    for (int i = 0; i < tr->n_state; i++) {
+        lz_tensor_unref(tr->state[i]);
+        if (tr->grad_of[i]) lz_tensor_unref(tr->grad_of[i]);
+    }
+    free(tr->slots); free(tr->outputs); free(tr->returned); free(tr->state); free(tr->state_slot);
+    free(tr->grad_of);
+    tr->slots = NULL; tr->outputs = NULL; tr->returned = NULL; tr->state = NULL; tr->state_slot = NULL;
+    tr->grad_of = NULL;
+    tr->n_slots = tr->n_outputs = tr->n_state = 0;
+    tr->captured = 0;
+}
+
+static void free_trace(trace *tr)
+{
+    clear_capture(tr);
+    if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
+    free(tr->dtype); free(tr->ndim); free(tr->shape);
+    free(tr);
+}
+
+void lz_fn_free(lz_fn *f)
+{
+    if (!f) return;
+    for (trace *tr = f->traces, *next; tr; tr = next) {
+        next = tr->next;
+        free_trace(tr);
+    }
+    free(f);
+}
+
+/* Runs the function lazily in a scope; the returned tensors survive it. */
+static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
+{
+    for (int j = 0; j < f->n_out; j++) out[j] = NULL;
+    lz_scope_begin();
+    int rc = f->fn(f->ctx, in, out);
+    for (int j = 0; j < f->n_out; j++) lz_keep(out[j]);
+    lz_scope_end();
+    for (int j = 0; rc == 0 && j < f->n_out; j++)
+        if (!out[j]) rc = -1;
+    if (rc != 0) {
+        for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+        if (!lz_last_error()) lz_errorf("lz_call: the step function failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* The tensors alive when a trace starts, each held for the trace. */
+typedef struct snapshot {
+    lz_tensor **t;
+    lz_buffer **buf;         /* its buffer then */
+    char *had_grad;
+    int n;
+    uint32_t epoch;
+} snapshot;
+
+static uint32_t snapshot_epoch;
+
+static void take_snapshot(snapshot *s)
+{
+    int n = 0;
+    for (lz_tensor *t = lz_all_first(); t; t = t->all_next) n++;
+    s->t = malloc(sizeof *s->t * (size_t)(n + 1));
+    s->buf = malloc(sizeof *s->buf * (size_t)(n + 1));
+    s->had_grad = malloc((size_t)n + 1);
+    assert(s->t && s->buf && s->had_grad);
+    s->epoch = ++snapshot_epoch;
+    s->n = 0;
+    for (lz_tensor *t = lz_all_first(); t; t = t->all_next) {
+        lz_tensor_ref(t);
+        t->capture_epoch = s->epoch;
+        s->t[s->n] = t;
+        s->buf[s->n] = t->node->buf;
+        s->had_grad[s->n] = t->grad != NULL;
+        s->n++;
+    }
+}
+
+static void drop_snapshot(snapshot *s)
+{
+    for (int i = 0; i < s->n; i++) lz_tensor_unref(s->t[i]);
+    free(s->t); free(s->buf); free(s->had_grad);
+}
+
+static int is_returned(lz_tensor *t, lz_tensor *const *out, int n_out)
+{
+    for (int j = 0; j < n_out; j++)
+        if (out[j] == t) return 1;
+    return 0;
+}
+
+/* Steady: the trace made no state that the next call would find already
+   made (a leaf's first gradient, lazily created optimizer buffers). */
+static int trace_is_steady(const snapshot *s, lz_tensor *const *out, int n_out)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i]->requires_grad && !s->had_grad[i] && s->t[i]->grad) return 0;
+    for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
+        if (t->capture_epoch == s->epoch || is_returned(t, out, n_out)) continue;
+        int is_grad = 0;
+        for (int i = 0; i < s->n && !is_grad; i++) is_grad = s->t[i]->grad == t;
+        if (!is_grad) return 0;
+    }
+    return 1;
+}
+
+static int output_slot(const lz_graph *g, const lz_node *n)
+{
+    for (int o = 0; o < g->n_outputs; o++)
+        if (g->outputs[o] == n) return o;
+    return -1;
+}
+
+/* Where a data leaf's buffer comes from on a replay. */
+static binding bind_leaf(const lz_fn *f, lz_tensor *const *in, const snapshot *s,
+                         lz_tensor *const *state, int n_state, lz_buffer *buf)
+{
+    binding b = {.kind = SRC_CONST};
+    for (int k = 0; k < f->n_in; k++)
+        if (in[k]->node->buf == buf) return (binding){.kind = SRC_INPUT, .index = k};
+    lz_tensor *alive = NULL;
+    for (int i = 0; i < s->n; i++) {
+        if (s->buf[i] != buf) continue;
+        for (int j = 0; j < n_state; j++)
+            if (state[j] == s->t[i]) alive = s->t[i];
+        if (!alive && s->t[i]->refs > 1) alive = s->t[i];   /* someone besides the snapshot */
+        if (alive && alive->node->buf == NULL) break;          /* state found */
+    }
+    if (alive) {
+        lz_tensor_ref(alive);
+        return (binding){.kind = SRC_TENSOR, .t = alive};
+    }
+    lz_buffer_ref(buf);
+    b.buf = buf;
+    return b;
+}
+
+static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
+{
+    /* trace only this call's work */
+    if (lz_live_count()) {
+        lz_live_prune();
+        if (lz_live_count()) {
+            lz_counters.mark_steps--;   /* not the user's barrier */
+            lz_mark_step();
+        }
+    }
+    snapshot s;
+    take_snapshot(&s);
+    tracing = f;
+    break_reason = NULL;
+    int rc = run_function(f, in, out);
+    tracing = NULL;
+    if (rc != 0) { drop_snapshot(&s); return -1; }
+
+    if (break_reason) {
+        fprintf(stderr, "lazyc: warning: the captured step function calls %s while it is traced "
+                        "(a graph break); it will be traced on every call\n", break_reason);
+        f->fallback = 1;
+        lz_counters.capture_fallbacks++;
+        drop_snapshot(&s);
+        lz_mark_step();
+        lz_counters.mark_steps--;
+        return 0;
+    }
+    if (!tr) tr = new_trace(f, in);
+    if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
+        tr->warmed_up = 1;
+        drop_snapshot(&s);
+        lz_mark_step();
+        lz_counters.mark_steps--;
+        return 0;
+    }
+    tr->warmed_up = 1;
+
+    /* roots: returned pending tensors first, then every other pending tensor */
+    int n_live = lz_live_count();
+    lz_node **roots = malloc(sizeof *roots * (size_t)(f->n_out + n_live + 1));
+    lz_tensor **state = malloc(sizeof *state * (size_t)(n_live + 1));
+    int n_roots = 0, n_state = 0;
+    for (int j = 0; j < f->n_out; j++)
+        if (!out[j]->node->buf) roots[n_roots++] = out[j]->node;
+    for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
+        if (is_returned(t, out, f->n_out) && t->capture_epoch != s.epoch) continue;
+        roots[n_roots++] = t->node;
+        state[n_state++] = t;
+    }
+    double t0 = lz_now_ms();
+    lz_graph g;
+    lz_graph_cut(&g, roots, n_roots);
+    lz_counters.graphs++;
+    lz_counters.trace_ms += lz_now_ms() - t0;
+    free(roots);
+    lz_executable *exe = lz_find_or_compile(&g);
+    if (!exe) rc = -1;
+    else if (tr->exe && !lz_graph_same(tr->exe->sig, tr->exe->sig_len, g.sig, g.sig_len)) {
+        rc = lz_errorf_int("lz_call: the step function recorded a different graph on a re-trace "
+                           "with the same input shapes; a captured function must record the same ops");
+        lz_executable_unref(exe);
+    }
+    if (rc != 0) {
+        lz_graph_release(&g);
+        free(state);
+        drop_snapshot(&s);
+        for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+        return -1;
+    }
+    clear_capture(tr);
+    if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
+    tr->exe = exe;
+    exe->pinned++;
+
+    tr->n_slots = g.n_inputs;
+    tr->slots = calloc((size_t)g.n_inputs + 1, sizeof *tr->slots);
+    for (int i = 0; i < g.n_inputs; i++)
+        tr->slots[i] = bind_leaf(f, in, &s, state, n_state, g.inputs[i]->buf);
+    tr->n_outputs = g.n_outputs;
+    tr->outputs = calloc((size_t)g.n_outputs + 1, sizeof *tr->outputs);
+    for (int o = 0; o < g.n_outputs; o++) {
+        const lz_node *n = g.outputs[o];
+        out_desc *d = &tr->outputs[o];
+        d->dtype = n->dtype;
+        d->ndim = n->ndim;
+        memcpy(d->shape, n->shape, sizeof d->shape);
+        d->nbytes = (size_t)lz_node_numel(n) * lz_dtype_size((lz_dtype)n->dtype);
+    }
+    tr->returned = calloc((size_t)f->n_out + 1, sizeof *tr->returned);
+    for (int j = 0; j < f->n_out; j++) {
+        if (!out[j]->node->buf) tr->returned[j] = (binding){.kind = -1, .index = output_slot(&g, out[j]->node)};
+        else tr->returned[j] = bind_leaf(f, in, &s, NULL, 0, out[j]->node->buf);
+    }
+    tr->n_state = n_state;
+    tr->state = state;
+    tr->state_slot = malloc(sizeof *tr->state_slot * (size_t)(n_state + 1));
+    tr->grad_of = calloc((size_t)n_state + 1, sizeof *tr->grad_of);
+    for (int i = 0; i < n_state; i++) {
+        lz_tensor_ref(state[i]);
+        tr->state_slot[i] = output_slot(&g, state[i]->node);
+        /* A gradient the function remade (zeroed, then backward): a replay
+           hands it back to its leaf, which another trace may have given a
+           gradient of its own meanwhile. */
+        for (int k = 0; k < s.n && !tr->grad_of[i]; k++)
+            if (s.t[k]->grad == state[i]) {
+                tr->grad_of[i] = s.t[k];
+                lz_tensor_ref(s.t[k]);
+            }
+    }
+    rc = lz_execute_graph(&g, exe);
+    lz_graph_release(&g);
+    drop_snapshot(&s);
+    tr->captured = rc == 0;
+    return rc;
+}
+
+/* Every tensor a replay binds still has a user besides the capture. */
+static int bindings_alive(const trace *tr)
+{
+    for (int i = 0; i < tr->n_slots; i++)
+        if (tr->slots[i].kind == SRC_TENSOR && tr->slots[i].t->refs <= 1) return 0;
+    for (int i = 0; i < tr->n_state; i++) {
+        const lz_tensor *holder = tr->grad_of[i] ? tr->grad_of[i] : tr->state[i];
+        if (holder->refs <= 1) return 0;
+    }
+    return 1;
+}
+
+/* Inputs and state must be data; anything the caller left pending is
+   synced first (one extra graph, only when it happens). */
+static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *const *in)
+{
+    int n = 0, cap = f->n_in + tr->n_slots + tr->n_state;
+    lz_tensor **ts = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < f->n_in; k++)
+            if (!in[k]->node->buf) { if (pass) ts[n] = in[k]; n += !pass || 1; }
+        for (int i = 0; i < tr->n_slots; i++)
+            if (tr->slots[i].kind == SRC_TENSOR && !tr->slots[i].t->node->buf) { if (pass) ts[n] = tr->slots[i].t; n++; }
+        if (!pass) {
+            if (!n) return 0;
+            ts = malloc(sizeof *ts * (size_t)(cap + 1));
+            n = 0;
+        }
+    }
+    int rc = lz_sync_tensors(ts, n, 0);
+    free(ts);
+    return rc;
+}
+
+static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
+{
+    if (sync_pending_bindings(f, tr, in)) return -1;
+    lz_buffer *in_small[64], **inb = in_small;
+    lz_buffer *out_small[64], **outb = out_small;
+    if (tr->n_slots > 64) inb = malloc(sizeof *inb * (size_t)tr->n_slots);
+    if (tr->n_outputs > 64) outb = malloc(sizeof *outb * (size_t)tr->n_outputs);
+    for (int i = 0; i < tr->n_slots; i++) {
+        const binding *b = &tr->slots[i];
+        inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
+               : b->kind == SRC_TENSOR ? b->t->node->buf : b->buf;
+    }
+    int made = 0, rc = 0;
+    for (; made < tr->n_outputs; made++) {
+        outb[made] = lz_buffer_placeholder(tr->outputs[made].nbytes);
+        if (!outb[made]) { rc = -1; break; }
+    }
+    if (rc == 0) {
+        lz_executor_enqueue(tr->exe, inb, outb);
+        lz_counters.executions++;
+        lz_counters.capture_replays++;
+        for (int j = 0; j < f->n_out; j++) {
+            const binding *b = &tr->returned[j];
+            if (b->kind == SRC_INPUT) { out[j] = lz_retain(in[b->index]); lz_scope_register(out[j]); continue; }
+            lz_buffer *buf = b->kind == SRC_TENSOR ? b->t->node->buf : b->kind == SRC_CONST ? b->buf : outb[b->index];
+            const out_desc *d = b->kind < 0 ? &tr->outputs[b->index] : NULL;
+            const lz_node *like = b->kind == SRC_TENSOR ? b->t->node : NULL;
+            lz_node *n = d ? lz_node_new_data(buf, (lz_dtype)d->dtype, d->ndim, d->shape)
+                       : like ? lz_node_new_data(buf, (lz_dtype)like->dtype, like->ndim, like->shape)
+                              : lz_node_new_data(buf, LZ_F32, 0, NULL);
+            out[j] = lz_tensor_wrap(n);
+        }
+        for (int i = 0; i < tr->n_state; i++) {
+            const out_desc *d = &tr->outputs[tr->state_slot[i]];
+            lz_tensor_set_node(tr->state[i], lz_node_new_data(outb[tr->state_slot[i]], (lz_dtype)d->dtype, d->ndim, d->shape));
+            lz_tensor *leaf = tr->grad_of[i];
+            if (leaf && leaf->grad != tr->state[i]) {
+                if (leaf->grad) lz_tensor_unref(leaf->grad);
+                leaf->grad = tr->state[i];
+                lz_tensor_ref(leaf->grad);
+            }
+        }
+    }
+    for (int o = 0; o < made; o++) lz_buffer_unref(outb[o]);
+    if (inb != in_small) free(inb);
+    if (outb != out_small) free(outb);
+    return rc;
+}
+
+int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
+{
+    if (!f) return lz_errorf_int("lz_call: captured function is NULL");
+    if ((f->n_in && !in) || (f->n_out && !out))
+        return lz_errorf_int("lz_call: %s array is NULL", f->n_in && !in ? "input" : "output");
+    for (int k = 0; k < f->n_in; k++)
+        if (!in[k]) return lz_errorf_int("lz_call: input %d is NULL", k);
+    if (tracing) return lz_errorf_int("lz_call: a captured function cannot be called while another is traced");
+    if (f->fallback || lz_is_eager()) {
+        if (f->fallback) lz_counters.capture_fallbacks++;
+        int rc = run_function(f, in, out);
+        if (rc == 0) { lz_mark_step(); lz_counters.mark_steps--; }
+        return rc;
+    }
+    trace *tr = f->traces;
+    while (tr && !guard_matches(f, tr, in)) tr = tr->next;
+    if (tr && tr->captured && bindings_alive(tr)) return replay(f, tr, in, out);
+    return capture_trace(f, tr, in, out);
+}
