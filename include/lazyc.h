@@ -96,6 +96,7 @@ lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 
 lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
 lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
+/* naxes == 0 reduces over every axis. */
 lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
 lz_tensor *lz_mean_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
 lz_tensor *lz_max_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
@@ -120,6 +121,54 @@ lz_tensor *lz_softmax(lz_tensor *x, int axis);
 lz_tensor *lz_log_softmax(lz_tensor *x, int axis);
 /* logits [N, C] f32, target [N] i64 or i32 class indices -> 0-d mean loss. */
 lz_tensor *lz_cross_entropy(lz_tensor *logits, lz_tensor *target);
+
+/* ---- neural-network ops (NCHW layout) --------------------------------- */
+
+typedef struct lz_conv2d_opts {
+    int stride[2], padding[2], dilation[2];   /* 0 is read as 1 for stride and dilation */
+    int groups;                               /* 0 is read as 1 */
+} lz_conv2d_opts;
+/* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL. */
+lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts opts);
+
+typedef struct lz_pool2d_opts {
+    int kernel[2], stride[2], padding[2];     /* stride 0: equal to kernel */
+    int ceil_mode;
+    int count_include_pad;                    /* avg pool only; torch's default is 1 */
+} lz_pool2d_opts;
+lz_tensor *lz_max_pool2d(lz_tensor *x, lz_pool2d_opts opts);
+lz_tensor *lz_avg_pool2d(lz_tensor *x, lz_pool2d_opts opts);
+lz_tensor *lz_adaptive_avg_pool2d(lz_tensor *x, int out_h, int out_w);
+
+/* Batch norm over axis 1 of x [N, C, ...]. In training it normalises with
+   the batch statistics and, when running_mean/var are given, updates them
+   in the same graph (lz_assign, torch's momentum and unbiased variance);
+   in eval it uses the running statistics. weight/bias may be NULL. */
+lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
+                         lz_tensor *running_mean, lz_tensor *running_var,
+                         int training, float momentum, float eps);
+/* Normalises over the last n_axes axes; weight/bias (that shape) may be NULL. */
+lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor *bias, float eps);
+/* weight [V, D], indices i64/i32 of any shape -> [..., D]. */
+lz_tensor *lz_embedding(lz_tensor *weight, lz_tensor *indices);
+lz_tensor *lz_hardtanh(lz_tensor *x, float min_val, float max_val);
+lz_tensor *lz_relu6(lz_tensor *x);
+/* Collapses axes [start_axis, end) into one (torch.flatten(x, start_axis)). */
+lz_tensor *lz_flatten(lz_tensor *x, int start_axis);
+/* softmax(q k^T * scale + mask) v over the last two axes; mask (additive,
+   broadcastable) may be NULL; scale 0 means 1/sqrt(head dim). */
+lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mask, float scale);
+
+/* ---- random numbers -------------------------------------------------- */
+
+/* Seeds the counter-based generator. Its seed and counter are data that
+   every random op reads and advances in the graph, so each step and each
+   replay of a capture draws new numbers, and equal seeds give equal
+   sequences in lazy, eager and captured mode. */
+void       lz_manual_seed(uint64_t seed);
+/* Zeroes each element with probability p and scales the rest by 1/(1-p)
+   when training; identity otherwise. */
+lz_tensor *lz_dropout(lz_tensor *x, float p, int training);
 
 /* ---- step boundaries ------------------------------------------------- */
 
@@ -163,6 +212,52 @@ void    lz_sgd_set_lr(lz_sgd *opt, float lr);      /* never recompiles */
 int     lz_sgd_step(lz_sgd *opt);                  /* records the update */
 void    lz_sgd_zero_grad(lz_sgd *opt);
 void    lz_sgd_free(lz_sgd *opt);
+
+typedef struct lz_adamw lz_adamw;
+typedef struct lz_adamw_opts {
+    float lr, beta1, beta2, eps, weight_decay;
+    int   decoupled;     /* 1: AdamW (decoupled decay); 0: Adam (L2 in the grad) */
+} lz_adamw_opts;
+/* torch.optim.Adam / AdamW. The step count and bias corrections are data
+   advanced inside the graph, so a captured step replays correctly. */
+lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts);
+void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* never recompiles */
+int       lz_adamw_step(lz_adamw *opt);
+void      lz_adamw_zero_grad(lz_adamw *opt);
+void      lz_adamw_free(lz_adamw *opt);
+
+/* Learning-rate schedules: the rate for a step, to pass to *_set_lr
+   between steps (torch's StepLR and CosineAnnealingLR). */
+float lz_lr_step(float base_lr, int step, int step_size, float gamma);
+float lz_lr_cosine(float base_lr, int step, int t_max, float eta_min);
+
+/* ---- named parameters and checkpoints ---------------------------------- */
+
+/* An ordered set of named tensors: a model's parameters (trainable) and
+   buffers (running statistics), named like PyTorch's state_dict keys. */
+typedef struct lz_params lz_params;
+lz_params  *lz_params_new(void);
+void        lz_params_free(lz_params *p);         /* frees the tensors too */
+/* Adds t under name (the set takes over the caller's handle); trainable
+   tensors get requires_grad. Returns t, or NULL on a duplicate name. */
+lz_tensor  *lz_params_add(lz_params *p, const char *name, lz_tensor *t, int trainable);
+int         lz_params_count(const lz_params *p);
+const char *lz_params_name(const lz_params *p, int i);
+lz_tensor  *lz_params_at(const lz_params *p, int i);          /* borrowed */
+int         lz_params_trainable(const lz_params *p, int i);
+lz_tensor  *lz_params_find(const lz_params *p, const char *name); /* borrowed */
+/* The trainable tensors in order, into out (capacity cap); returns the count. */
+int         lz_params_trainable_list(const lz_params *p, lz_tensor **out, int cap);
+int64_t     lz_params_numel(const lz_params *p, int trainable_only);
+
+/* safetensors files (header JSON + raw little-endian data). */
+int  lz_safetensors_save(const char *path, const lz_params *p);
+/* Loads every tensor of p from path by name: f32, i64 and bf16 (widened to
+   f32) on disk. strict: a missing, extra or mis-shaped tensor is an error
+   naming it. */
+int  lz_safetensors_load(const char *path, lz_params *p, int strict);
+/* Reads every tensor in a file into a new set (none trainable). */
+lz_params *lz_safetensors_read(const char *path);
 
 /* ---- capture: trace a step once, replay it ---------------------------- */
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The committed parity fixtures (tests/fixtures) must be exactly what
-# tests/reference/gen_fixtures.py writes: regenerate them into a temporary
+# The committed parity fixtures (tests/fixtures) must be exactly what the
+# generators in tests/reference/ write: regenerate them into a temporary
 # directory with Debian's PyTorch and compare byte for byte.
 #
 # Without PyTorch the test is skipped (exit 77, ctest's SKIP_RETURN_CODE),
@@ -24,19 +24,35 @@ if ! "$py" -c 'import torch' >/dev/null 2>&1; then
     exit 77
 fi
 
+# gen_fixtures.py writes tests/fixtures/*; every other generator
+# tests/reference/gen_NAME.py writes its own folder tests/fixtures/NAME/.
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-if ! "$py" "$here/reference/gen_fixtures.py" "$tmp"; then
-    echo "FAILED: gen_fixtures.py did not run" >&2
-    exit 1
-fi
-if ! diff -r "$here/fixtures" "$tmp" >"$tmp.diff" 2>&1; then
-    echo "FAILED: tests/fixtures differ from what gen_fixtures.py writes:" >&2
-    head -40 "$tmp.diff" >&2
-    echo "Regenerate them: /usr/bin/python3 tests/reference/gen_fixtures.py" >&2
-    rm -f "$tmp.diff"
-    exit 1
-fi
-rm -f "$tmp.diff"
-echo "fixtures fresh: $(wc -l <"$here/fixtures/INDEX") cases byte-identical to gen_fixtures.py output"
-exit 0
+status=0
+cases=0
+for gen in "$here"/reference/gen_*.py; do
+    name="$(basename "$gen" .py)"
+    name="${name#gen_}"
+    if [ "$name" = fixtures ]; then
+        ref="$here/fixtures"; out="$tmp/fixtures"; excl=()
+        for d in "$here"/fixtures/*/; do [ -d "$d" ] && excl+=(--exclude "$(basename "$d")"); done
+    else
+        ref="$here/fixtures/$name"; out="$tmp/$name"; excl=()
+    fi
+    mkdir -p "$out"
+    if ! "$py" "$gen" "$out"; then
+        echo "FAILED: $(basename "$gen") did not run" >&2
+        status=1
+        continue
+    fi
+    if ! diff -r "${excl[@]}" "$ref" "$out" >"$tmp/diff" 2>&1; then
+        echo "FAILED: $ref differs from what $(basename "$gen") writes:" >&2
+        head -40 "$tmp/diff" >&2
+        echo "Regenerate them: /usr/bin/python3 tests/reference/$(basename "$gen")" >&2
+        status=1
+        continue
+    fi
+    cases=$((cases + $(find "$out" -name '*.lzf' | wc -l)))
+done
+[ "$status" = 0 ] && echo "fixtures fresh: $cases cases byte-identical to their generators' output"
+exit "$status"

@@ -156,6 +156,15 @@ const char *lz_op_name(lz_op op)
         [LZ_OP_MATMUL] = "matmul", [LZ_OP_SOFTMAX] = "softmax", [LZ_OP_LOG_SOFTMAX] = "log_softmax",
         [LZ_OP_SOFTMAX_GRAD] = "softmax_grad", [LZ_OP_LOG_SOFTMAX_GRAD] = "log_softmax_grad",
         [LZ_OP_CROSS_ENTROPY] = "cross_entropy", [LZ_OP_CROSS_ENTROPY_GRAD] = "cross_entropy_grad",
+        [LZ_OP_HARDTANH] = "hardtanh", [LZ_OP_HARDTANH_GRAD] = "hardtanh_grad",
+        [LZ_OP_EMBEDDING] = "embedding", [LZ_OP_EMBEDDING_GRAD] = "embedding_grad",
+        [LZ_OP_DROPOUT_MASK] = "dropout_mask", [LZ_OP_RNG_ADVANCE] = "rng_advance",
+        [LZ_OP_CONV2D] = "conv2d", [LZ_OP_CONV2D_GRAD_INPUT] = "conv2d_grad_input",
+        [LZ_OP_CONV2D_GRAD_WEIGHT] = "conv2d_grad_weight",
+        [LZ_OP_MAX_POOL2D] = "max_pool2d", [LZ_OP_MAX_POOL2D_GRAD] = "max_pool2d_grad",
+        [LZ_OP_AVG_POOL2D] = "avg_pool2d", [LZ_OP_AVG_POOL2D_GRAD] = "avg_pool2d_grad",
+        [LZ_OP_ADAPTIVE_AVG_POOL2D] = "adaptive_avg_pool2d",
+        [LZ_OP_ADAPTIVE_AVG_POOL2D_GRAD] = "adaptive_avg_pool2d_grad",
         [LZ_OP_TEST_GATE] = "test_gate",
     };
     return op < LZ_OP_COUNT && names[op] ? names[op] : "unknown";

@@ -52,6 +52,24 @@ typedef enum lz_op {
     LZ_OP_LOG_SOFTMAX_GRAD, /* (y, g), iattr[0] axis: g - exp(y) * sum(g) */
     LZ_OP_CROSS_ENTROPY,    /* (logits [N,C], target [N] int) -> 0-d mean */
     LZ_OP_CROSS_ENTROPY_GRAD, /* (logits, target, g 0-d) -> [N,C] */
+    /* neural-network ops (NCHW) */
+    LZ_OP_HARDTANH,     /* fattr[0] min, fattr[1] max */
+    LZ_OP_HARDTANH_GRAD,/* (x, g), same attrs */
+    LZ_OP_EMBEDDING,    /* (weight [V, D], idx int) -> [..., D] */
+    LZ_OP_EMBEDDING_GRAD, /* (g [..., D], idx) -> [V, D] (node shape) */
+    LZ_OP_DROPOUT_MASK, /* (seed i64 0-d, counter i64 0-d) -> f32 of 0 and
+                           1/(1-p), fattr[0] = p; element i draws from
+                           (seed, counter + i) */
+    LZ_OP_RNG_ADVANCE,  /* (counter i64 0-d) -> counter + iattr[0] */
+    LZ_OP_CONV2D,       /* (x, w); iattr: stride h,w, padding h,w, dilation h,w, groups */
+    LZ_OP_CONV2D_GRAD_INPUT,  /* (g, w) -> x shape (node shape), same iattr */
+    LZ_OP_CONV2D_GRAD_WEIGHT, /* (x, g) -> w shape (node shape), same iattr */
+    LZ_OP_MAX_POOL2D,   /* (x); iattr: kernel h,w, stride h,w, padding h,w, ceil_mode */
+    LZ_OP_MAX_POOL2D_GRAD,    /* (x, g) -> x shape, same iattr */
+    LZ_OP_AVG_POOL2D,   /* (x); iattr as max pool + [7] count_include_pad */
+    LZ_OP_AVG_POOL2D_GRAD,    /* (g) -> x shape (node shape), same iattr */
+    LZ_OP_ADAPTIVE_AVG_POOL2D,      /* (x) -> [N, C, oh, ow] (node shape) */
+    LZ_OP_ADAPTIVE_AVG_POOL2D_GRAD, /* (g) -> x shape (node shape) */
     LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
     LZ_OP_COUNT
 } lz_op;

@@ -9,8 +9,6 @@
 
 /* ---- matmul ---------------------------------------------------------------- */
 
-static lz_tensor *matmul_nd(lz_tensor *a, lz_tensor *b);
-
 /* op(a) @ op(b) for the backward, where op transposes the last two axes
    when its flag is set. The flags ride in MATMUL's iattr[0] (a) and
    iattr[1] (b) and the kernel hands them to sgemm, so a gradient never
