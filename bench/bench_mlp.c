@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "lazyc.h"
+#include "../tools/openmp_env.h"
 
 typedef struct cfg {
     long batch, in, hidden, classes, steps, warmup;
@@ -231,6 +232,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    lz_use_passive_openmp(argv);
     cfg c = { .batch = 64, .in = 784, .hidden = 256, .classes = 10, .steps = 100, .warmup = 5 };
     struct { const char *name; long *v; long lo, hi; } opts[] = {
         { "--batch", &c.batch, 1, 1 << 20 }, { "--in", &c.in, 1, 1 << 20 },

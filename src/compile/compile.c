@@ -15,8 +15,9 @@ static double step_flops(const lz_program *p, const lz_step *s)
 {
     if (s->op != LZ_OP_MATMUL) return 0;
     const lz_value *a = &p->values[s->in[0]], *out = &p->values[s->out];
-    /* out numel * K multiply-adds */
-    return 2.0 * (double)out->numel * (double)a->shape[a->ndim - 1];
+    /* out numel * K multiply-adds; iattr[0] says a is stored transposed */
+    int64_t k = s->iattr[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    return 2.0 * (double)out->numel * (double)k;
 }
 
 static void lower(const lz_graph *g, lz_program *p)

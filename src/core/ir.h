@@ -45,7 +45,10 @@ typedef enum lz_op {
     LZ_OP_CAT,          /* iattr[0] axis; n_src inputs */
     /* linear algebra and losses */
     LZ_OP_MATMUL,       /* (a, b): a [..., M, K], b [..., K, N], batch dims
-                           broadcast; both at least 2-d after lowering */
+                           broadcast; both at least 2-d after lowering.
+                           iattr[0] / iattr[1]: a / b is stored transposed
+                           ([..., K, M] / [..., N, K]), so a gradient needs
+                           no transposing copy */
     LZ_OP_SOFTMAX,      /* iattr[0] axis */
     LZ_OP_LOG_SOFTMAX,  /* iattr[0] axis */
     LZ_OP_SOFTMAX_GRAD, /* (y, g), iattr[0] axis: y * (g - sum(g*y)) */
