@@ -274,6 +274,7 @@ typedef struct lz_metrics {
     int64_t ir_nodes, transfers_to_device, transfers_from_device, host_waits;
     int64_t capture_replays, capture_fallbacks, peak_bytes;
     double  trace_ms, compile_ms, execute_ms, wait_ms;
+    double  flops;           /* conv and matmul work of the executions enqueued */
 } lz_metrics;
 lz_metrics lz_metrics_get(void);
 void       lz_metrics_reset(void);

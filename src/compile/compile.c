@@ -11,13 +11,33 @@
 
 static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32 ? 4 : 8; }
 
+/* Multiply-adds of the ops that dominate a training step, counted once
+   here so the benchmark can report achieved GFLOP/s. */
 static double step_flops(const lz_program *p, const lz_step *s)
 {
-    if (s->op != LZ_OP_MATMUL) return 0;
-    const lz_value *a = &p->values[s->in[0]], *out = &p->values[s->out];
-    /* out numel * K multiply-adds; iattr[0] says a is stored transposed */
-    int64_t k = s->iattr[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-    return 2.0 * (double)out->numel * (double)k;
+    const lz_value *out = &p->values[s->out];
+    switch (s->op) {
+    case LZ_OP_MATMUL: {
+        const lz_value *a = &p->values[s->in[0]];
+        /* iattr[0] says a is stored transposed */
+        int64_t k = s->iattr[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        return 2.0 * (double)out->numel * (double)k;
+    }
+    case LZ_OP_CONV2D: {
+        /* each output element: C/groups * KH * KW multiply-adds */
+        const lz_value *w = &p->values[s->in[1]];
+        return 2.0 * (double)out->numel * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+    }
+    case LZ_OP_CONV2D_GRAD_INPUT:
+    case LZ_OP_CONV2D_GRAD_WEIGHT: {
+        /* the same multiply-adds as the forward convolution they undo */
+        const lz_value *g = &p->values[s->in[s->op == LZ_OP_CONV2D_GRAD_INPUT ? 0 : 1]];
+        const lz_value *w = &p->values[s->op == LZ_OP_CONV2D_GRAD_INPUT ? s->in[1] : s->out];
+        return 2.0 * (double)g->numel * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+    }
+    default:
+        return 0;
+    }
 }
 
 static void lower(const lz_graph *g, lz_program *p)

@@ -441,6 +441,7 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     if (rc == 0) {
         lz_executor_enqueue(tr->exe, inb, outb);
         lz_counters.executions++;
+        lz_counters.flops += tr->exe->prog.flops;
         lz_counters.capture_replays++;
         for (int j = 0; j < f->n_out; j++) {
             const binding *b = &tr->returned[j];

@@ -58,6 +58,7 @@ int lz_execute_graph(const lz_graph *g, lz_executable *exe)
     if (rc == 0) {
         lz_executor_enqueue(exe, in, out);
         lz_counters.executions++;
+        lz_counters.flops += exe->prog.flops;
         for (int o = 0; o < g->n_outputs; o++) lz_node_materialise(g->outputs[o], out[o]);
         lz_live_prune();
     }

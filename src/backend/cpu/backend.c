@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/pool.h"
 #include "core/error.h"
 
 struct lz_backend_exec {
@@ -12,13 +13,6 @@ struct lz_backend_exec {
     lz_kernel kernels[];     /* one per step */
 };
 
-static void *cpu_alloc(size_t nbytes)
-{
-    /* 64-byte alignment for vector loads; aligned_alloc needs a multiple */
-    return aligned_alloc(64, (nbytes + 63) / 64 * 64);
-}
-
-static void cpu_free(void *p, size_t nbytes) { (void)nbytes; free(p); }
 static void cpu_copy(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 
 static lz_backend_exec *cpu_prepare(const lz_program *p)
@@ -51,7 +45,7 @@ static void cpu_release(lz_backend_exec *e) { free(e); }
 const lz_backend *lz_backend_cpu(void)
 {
     static const lz_backend cpu = {
-        .name = "cpu", .alloc = cpu_alloc, .free = cpu_free,
+        .name = "cpu", .alloc = lz_pool_alloc, .free = lz_pool_free,
         .to_device = cpu_copy, .to_host = cpu_copy,
         .prepare = cpu_prepare, .run = cpu_run, .release = cpu_release,
     };

@@ -1,0 +1,13 @@
+#ifndef LZ_CPU_POOL_H
+#define LZ_CPU_POOL_H
+
+#include <stddef.h>
+
+/* 64-byte aligned host memory; freed blocks are reused by exact size, up
+   to LZ_POOL_MIB (default 4096) MiB cached. */
+void *lz_pool_alloc(size_t nbytes);
+void  lz_pool_free(void *p, size_t nbytes);
+/* Returns every cached block to the system. */
+void  lz_pool_trim(void);
+
+#endif
