@@ -1,14 +1,16 @@
 /* bench_mlp: times one MLP training step (forward, cross-entropy, backward,
- * SGD with momentum) in eager and in lazy mode, and measures the host cost
- * lazy mode adds: per op recorded and per graph (the barrier's cut, hash,
- * cache lookup and enqueue, on a cache hit).
+ * SGD with momentum) in eager, lazy and captured mode, and measures the
+ * host cost of each: per op recorded and per graph (the barrier's cut,
+ * hash, cache lookup and enqueue, on a cache hit) in lazy mode, and the
+ * whole lz_call of a replay in captured mode.
  *
- *   bench_mlp [--batch B] [--in D] [--hidden H] [--classes C]
+ *   bench_mlp [--batch B] [--in D] [--hidden H] [--depth L] [--classes C]
  *             [--steps N] [--warmup W]
  *
- * Each timed step runs from the first op recorded to lz_mark_step plus
- * lz_wait, so it includes the execution; the table gives medians over N
- * steps after W warm-up steps. */
+ * Each timed step runs from the first op recorded (or lz_call) to the
+ * barrier plus lz_wait, so it includes the execution; the table gives
+ * medians over N steps after W warm-up steps. --depth adds hidden layers:
+ * a captured step's host overhead must not grow with it. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -21,11 +23,11 @@
 #include "../tools/openmp_env.h"
 
 typedef struct cfg {
-    long batch, in, hidden, classes, steps, warmup;
+    long batch, in, hidden, depth, classes, steps, warmup;
 } cfg;
 
-typedef enum { MODE_EAGER, MODE_LAZY, MODE_COUNT } mode;
-static const char *const mode_names[MODE_COUNT] = { "eager", "lazy" };
+typedef enum { MODE_EAGER, MODE_LAZY, MODE_CAPTURED, MODE_COUNT } mode;
+static const char *const mode_names[MODE_COUNT] = { "eager", "lazy", "captured" };
 
 typedef struct result {
     double step_ms;          /* median step, recording to execution done */
@@ -34,6 +36,8 @@ typedef struct result {
     double mark_us;          /* median lz_mark_step call */
     double cut_us;           /* median part of it the library counts as
                                 trace_ms: cutting and hashing the graph */
+    double host_us;          /* median host time of a step before it runs:
+                                recording + barrier, or the lz_call */
     double ops, graphs, executions;   /* per step */
     int64_t compiles;        /* during the timed steps */
 } result;
@@ -83,8 +87,11 @@ static lz_tensor *rand_tensor(int ndim, const int64_t *shape, float bound, int g
     return t;
 }
 
+enum { MAX_LAYERS = 64 };
+
 typedef struct model {
-    lz_tensor *p[4];   /* w1 [in, hidden], b1 [hidden], w2 [hidden, classes], b2 */
+    int n;                   /* parameters: weight and bias per layer */
+    lz_tensor *p[2 * MAX_LAYERS];
     lz_tensor *x, *y;
     lz_sgd *opt;
 } model;
@@ -92,7 +99,7 @@ typedef struct model {
 static void model_free(model *m)
 {
     lz_sgd_free(m->opt);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < m->n; i++)
         lz_free(m->p[i]);
     lz_free(m->x);
     lz_free(m->y);
@@ -102,14 +109,15 @@ static void model_free(model *m)
 static int model_init(model *m, const cfg *c)
 {
     memset(m, 0, sizeof *m);
-    int64_t s1[2] = { c->in, c->hidden }, sb1[1] = { c->hidden };
-    int64_t s2[2] = { c->hidden, c->classes }, sb2[1] = { c->classes };
+    int layers = (int)c->depth + 1;
+    for (int l = 0; l < layers; l++) {
+        int64_t fin = l ? c->hidden : c->in, fout = l == layers - 1 ? c->classes : c->hidden;
+        int64_t sw[2] = { fin, fout }, sb[1] = { fout };
+        float k = 1.0f / sqrtf((float)fin);
+        m->p[m->n++] = rand_tensor(2, sw, k, 1);
+        m->p[m->n++] = rand_tensor(1, sb, k, 1);
+    }
     int64_t sx[2] = { c->batch, c->in }, sy[1] = { c->batch };
-    float k1 = 1.0f / sqrtf((float)c->in), k2 = 1.0f / sqrtf((float)c->hidden);
-    m->p[0] = rand_tensor(2, s1, k1, 1);
-    m->p[1] = rand_tensor(1, sb1, k1, 1);
-    m->p[2] = rand_tensor(2, s2, k2, 1);
-    m->p[3] = rand_tensor(1, sb2, k2, 1);
     m->x = rand_tensor(2, sx, 1.0f, 0);
     int64_t *labels = malloc(sizeof *labels * (size_t)c->batch);
     if (labels) {
@@ -118,26 +126,58 @@ static int model_init(model *m, const cfg *c)
         m->y = lz_from_host(labels, LZ_I64, 1, sy);
         free(labels);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < m->n; i++)
         if (!m->p[i])
             return -1;
     if (!m->x || !m->y)
         return -1;
-    m->opt = lz_sgd_new(m->p, 4, (lz_sgd_opts){ .lr = 0.01f, .momentum = 0.9f });
+    m->opt = lz_sgd_new(m->p, m->n, (lz_sgd_opts){ .lr = 0.01f, .momentum = 0.9f });
     return m->opt ? 0 : -1;
 }
 
-/* Records forward, backward and the update of one step. */
-static int record_step(model *m)
+/* Records forward, backward and the update of one step on in = {x, y};
+   out[0] = the loss. Also the captured function. */
+static int step_fn(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
-    lz_scope_begin();
-    lz_tensor *h = lz_relu(lz_add(lz_matmul(m->x, m->p[0]), m->p[1]));
-    lz_tensor *loss = lz_cross_entropy(lz_add(lz_matmul(h, m->p[2]), m->p[3]), m->y);
+    model *m = ctx;
+    lz_tensor *h = in[0];
+    for (int i = 0; i < m->n; i += 2) {
+        h = lz_add(lz_matmul(h, m->p[i]), m->p[i + 1]);
+        if (i + 2 < m->n)
+            h = lz_relu(h);
+    }
+    lz_tensor *loss = lz_cross_entropy(h, in[1]);
     lz_sgd_zero_grad(m->opt);
     int rc = loss ? lz_backward(loss) : -1;
     if (rc == 0)
         rc = lz_sgd_step(m->opt);
+    out[0] = loss;
+    return rc;
+}
+
+static int record_step(model *m)
+{
+    lz_tensor *in[2] = { m->x, m->y }, *out[1] = { NULL };
+    lz_scope_begin();
+    int rc = step_fn(m, in, out);
     lz_scope_end();
+    return rc;
+}
+
+/* One step of the mode, up to the barrier; *host_us = the host's part. */
+static int run_step(mode md, model *m, lz_fn *f, double *host_us)
+{
+    double t0 = now_us();
+    int rc;
+    if (md == MODE_CAPTURED) {
+        lz_tensor *in[2] = { m->x, m->y }, *out[1] = { NULL };
+        rc = lz_call(f, in, out);
+        lz_free(out[0]);
+    } else {
+        rc = record_step(m);
+        lz_mark_step();
+    }
+    *host_us = now_us() - t0;
     return rc;
 }
 
@@ -145,51 +185,55 @@ static int run_mode(mode md, const cfg *c, result *r)
 {
     lz_set_eager(md == MODE_EAGER);
     model m;
-    if (model_init(&m, c) != 0 || lz_wait() != 0) {
-        model_free(&m);
-        return -1;
-    }
-    for (long i = 0; i < c->warmup; i++) {
-        if (record_step(&m) != 0)
+    lz_fn *f = NULL;
+    double *step = NULL, *rec = NULL, *mark = NULL, *cut = NULL, *host = NULL;
+    if (model_init(&m, c) != 0 || lz_wait() != 0)
+        goto fail;
+    if (md == MODE_CAPTURED && !(f = lz_capture(step_fn, &m, 2, 1)))
+        goto fail;
+    double ignored;
+    /* captured: the first calls trace (a warm-up, then the capture) */
+    for (long i = 0; i < c->warmup + (md == MODE_CAPTURED ? 2 : 0); i++)
+        if (run_step(md, &m, f, &ignored) != 0)
             goto fail;
-        lz_mark_step();
-    }
     if (lz_wait() != 0)
         goto fail;
 
-    double *step = malloc(sizeof(double) * (size_t)c->steps);
-    double *rec = malloc(sizeof(double) * (size_t)c->steps);
-    double *mark = malloc(sizeof(double) * (size_t)c->steps);
-    double *cut = malloc(sizeof(double) * (size_t)c->steps);
-    if (!step || !rec || !mark || !cut) {
-        free(step); free(rec); free(mark); free(cut);
+    size_t n = (size_t)c->steps;
+    step = malloc(sizeof(double) * n); rec = malloc(sizeof(double) * n);
+    mark = malloc(sizeof(double) * n); cut = malloc(sizeof(double) * n);
+    host = malloc(sizeof(double) * n);
+    if (!step || !rec || !mark || !cut || !host)
         goto fail;
-    }
     lz_metrics_reset();
     double trace_ms = 0.0;
     int64_t ops = 0;
     for (long i = 0; i < c->steps; i++) {
         lz_metrics m0 = lz_metrics_get();
         double t0 = now_us();
-        int rc = record_step(&m);
-        double t1 = now_us();
-        lz_metrics m1 = lz_metrics_get();
-        lz_mark_step();
-        double t2 = now_us();
-        lz_metrics m2 = lz_metrics_get();
-        rc |= lz_wait();
-        double t3 = now_us();
-        if (rc != 0) {
-            free(step); free(rec); free(mark); free(cut);
-            goto fail;
+        int rc;
+        if (md == MODE_CAPTURED) {
+            rc = run_step(md, &m, f, &host[i]);
+            rec[i] = mark[i] = cut[i] = 0;
+        } else {
+            rc = record_step(&m);
+            double t1 = now_us();
+            lz_metrics m1 = lz_metrics_get();
+            lz_mark_step();
+            double t2 = now_us();
+            lz_metrics m2 = lz_metrics_get();
+            int64_t k = m1.ir_nodes - m0.ir_nodes;
+            rec[i] = k > 0 ? (t1 - t0) / (double)k : 0.0;
+            mark[i] = t2 - t1;
+            cut[i] = (m2.trace_ms - m1.trace_ms) * 1e3;
+            host[i] = t2 - t0;
+            ops += k;
+            trace_ms += m1.trace_ms - m0.trace_ms;
         }
-        int64_t n = m1.ir_nodes - m0.ir_nodes;
-        step[i] = (t3 - t0) / 1e3;
-        rec[i] = n > 0 ? (t1 - t0) / (double)n : 0.0;
-        mark[i] = t2 - t1;
-        cut[i] = (m2.trace_ms - m1.trace_ms) * 1e3;
-        ops += n;
-        trace_ms += m1.trace_ms - m0.trace_ms;
+        rc |= lz_wait();
+        step[i] = (now_us() - t0) / 1e3;
+        if (rc != 0)
+            goto fail;
     }
     lz_metrics tot = lz_metrics_get();
     r->step_ms = median(step, c->steps);
@@ -197,15 +241,19 @@ static int run_mode(mode md, const cfg *c, result *r)
     r->trace_us_per_op = ops > 0 ? trace_ms * 1e3 / (double)ops : 0.0;
     r->mark_us = median(mark, c->steps);
     r->cut_us = median(cut, c->steps);
+    r->host_us = median(host, c->steps);
     r->ops = (double)ops / c->steps;
     r->graphs = (double)tot.graphs / c->steps;
     r->executions = (double)tot.executions / c->steps;
     r->compiles = tot.compiles;
-    free(step); free(rec); free(mark); free(cut);
+    free(step); free(rec); free(mark); free(cut); free(host);
+    lz_fn_free(f);
     model_free(&m);
     lz_set_eager(0);
     return 0;
 fail:
+    free(step); free(rec); free(mark); free(cut); free(host);
+    lz_fn_free(f);
     model_free(&m);
     lz_set_eager(0);
     return -1;
@@ -226,17 +274,18 @@ static int parse_long(const char *opt, const char *val, long lo, long hi, long *
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_mlp [--batch B] [--in D] [--hidden H] [--classes C]\n"
+    fprintf(f, "usage: bench_mlp [--batch B] [--in D] [--hidden H] [--depth L] [--classes C]\n"
                "                 [--steps N] [--warmup W]\n");
 }
 
 int main(int argc, char **argv)
 {
     lz_use_passive_openmp(argv);
-    cfg c = { .batch = 64, .in = 784, .hidden = 256, .classes = 10, .steps = 100, .warmup = 5 };
+    cfg c = { .batch = 64, .in = 784, .hidden = 256, .depth = 1, .classes = 10, .steps = 100, .warmup = 5 };
     struct { const char *name; long *v; long lo, hi; } opts[] = {
         { "--batch", &c.batch, 1, 1 << 20 }, { "--in", &c.in, 1, 1 << 20 },
         { "--hidden", &c.hidden, 1, 1 << 20 }, { "--classes", &c.classes, 2, 1 << 20 },
+        { "--depth", &c.depth, 0, MAX_LAYERS - 1 },
         { "--steps", &c.steps, 1, 1 << 20 }, { "--warmup", &c.warmup, 0, 1 << 20 },
     };
     for (int i = 1; i < argc; i++) {
@@ -258,8 +307,8 @@ int main(int argc, char **argv)
             return 2;
     }
 
-    printf("MLP %ld-%ld-%ld, batch %ld, SGD momentum; median of %ld steps after %ld warm-up\n\n",
-           c.in, c.hidden, c.classes, c.batch, c.steps, c.warmup);
+    printf("MLP %ld-%ldx%ld-%ld, batch %ld, SGD momentum; median of %ld steps after %ld warm-up\n\n",
+           c.in, c.hidden, c.depth, c.classes, c.batch, c.steps, c.warmup);
     result r[MODE_COUNT];
     for (int md = 0; md < MODE_COUNT; md++)
         if (run_mode((mode)md, &c, &r[md]) != 0) {
@@ -268,21 +317,22 @@ int main(int argc, char **argv)
             return 1;
         }
 
-    printf("%-6s %9s %8s %6s %7s %6s %10s %9s %8s %8s\n", "mode", "step ms", "speedup",
-           "ops", "graphs", "execs", "record us", "trace us", "mark us", "cut us");
-    printf("%-6s %9s %8s %6s %7s %6s %10s %9s %8s %8s\n", "", "(median)", "vs eager",
-           "/step", "/step", "/step", "/op", "/op", "/graph", "/graph");
+    printf("%-8s %9s %8s %9s %6s %7s %6s %8s %10s %9s %8s %8s\n", "mode", "step ms", "speedup",
+           "host us", "ops", "graphs", "execs", "compiles", "record us", "trace us", "mark us", "cut us");
+    printf("%-8s %9s %8s %9s %6s %7s %6s %8s %10s %9s %8s %8s\n", "", "(median)", "vs eager",
+           "/step", "/step", "/step", "/step", "", "/op", "/op", "/graph", "/graph");
     for (int md = 0; md < MODE_COUNT; md++)
-        printf("%-6s %9.3f %7.2fx %6.1f %7.1f %6.1f %10.2f %9.2f %8.1f %8.1f\n",
-               mode_names[md], r[md].step_ms, r[MODE_EAGER].step_ms / r[md].step_ms, r[md].ops,
-               r[md].graphs, r[md].executions, r[md].record_us_per_op, r[md].trace_us_per_op,
-               r[md].mark_us, r[md].cut_us);
+        printf("%-8s %9.3f %7.2fx %9.1f %6.1f %7.1f %6.1f %8lld %10.2f %9.2f %8.1f %8.1f\n",
+               mode_names[md], r[md].step_ms, r[MODE_EAGER].step_ms / r[md].step_ms, r[md].host_us,
+               r[md].ops, r[md].graphs, r[md].executions, (long long)r[md].compiles,
+               r[md].record_us_per_op, r[md].trace_us_per_op, r[md].mark_us, r[md].cut_us);
     printf("\nlazy mode host overhead: %.2f us per op recorded (own timer; %.2f us from\n"
            "metrics trace_ms); %.1f us per graph (the lz_mark_step call on a cache hit:\n"
            "cut + hash %.1f us, the rest lookup, output placeholders and enqueue);\n"
            "%lld compiles during the timed lazy steps.\n"
-           "In eager mode 'record' includes enqueueing each op as its own execution.\n",
+           "In eager mode 'record' includes enqueueing each op as its own execution.\n"
+           "captured mode: %.1f us of host time per step (the whole lz_call: no IR, no hash).\n",
            r[MODE_LAZY].record_us_per_op, r[MODE_LAZY].trace_us_per_op, r[MODE_LAZY].mark_us,
-           r[MODE_LAZY].cut_us, (long long)r[MODE_LAZY].compiles);
+           r[MODE_LAZY].cut_us, (long long)r[MODE_LAZY].compiles, r[MODE_CAPTURED].host_us);
     return 0;
 }
