@@ -258,6 +258,56 @@ int  lz_safetensors_save(const char *path, const lz_params *p);
 int  lz_safetensors_load(const char *path, lz_params *p, int strict);
 /* Reads every tensor in a file into a new set (none trainable). */
 lz_params *lz_safetensors_read(const char *path);
+/* Like lz_safetensors_save, also writing n_meta string pairs into the
+   header's __metadata__ (a checkpoint's epoch and step, for instance). */
+int   lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
+                               const char *const *keys, const char *const *values);
+/* The __metadata__ value of key in path as a new string (caller frees);
+   NULL + error when the file is bad or has no such key. */
+char *lz_safetensors_read_meta(const char *path, const char *key);
+
+/* ---- data sets ---------------------------------------------------------- */
+
+/* Images and labels in host memory, read from IDX files (gzip or plain):
+   images u8 [N, H, W], labels u8 [N]. */
+typedef struct lz_dataset lz_dataset;
+/* Reads an image file and a label file; a missing, truncated or corrupt
+   file (bad magic, dimensions, sizes, count mismatch) gives NULL and an
+   error naming the file and what is wrong. */
+lz_dataset *lz_dataset_idx(const char *images_path, const char *labels_path);
+/* dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (Debian's
+   dataset-fashion-mnist puts them in /usr/share/datasets/fashion-mnist). */
+lz_dataset *lz_dataset_fashion_mnist(const char *dir, int train);
+int64_t     lz_dataset_size(const lz_dataset *ds);
+/* Image shape [1, H, W] (channels first). */
+void        lz_dataset_image_shape(const lz_dataset *ds, int64_t shape[3]);
+/* Keeps the first n examples (n <= size): quick runs and tests. */
+int         lz_dataset_truncate(lz_dataset *ds, int64_t n);
+void        lz_dataset_free(lz_dataset *ds);
+
+/* Batches of a data set: shuffled per epoch from a seed, normalised
+   ((pixel/255 - mean) / std), the next batch prepared on a background
+   thread while the current step runs. The last partial batch is dropped
+   when drop_last, else returned smaller (a captured step then traces once
+   more for that shape). */
+typedef struct lz_loader lz_loader;
+typedef struct lz_loader_opts {
+    int64_t  batch;
+    int      shuffle, drop_last;
+    uint64_t seed;
+    float    mean, std;        /* std 0 is read as 1 */
+} lz_loader_opts;
+lz_loader *lz_loader_new(const lz_dataset *ds, lz_loader_opts opts);   /* ds must outlive it */
+int64_t    lz_loader_batches(const lz_loader *l);                      /* per epoch */
+/* Starts an epoch: its order is a function of (seed, epoch) alone, so a
+   resumed run sees the same batches. */
+int        lz_loader_start_epoch(lz_loader *l, int epoch);
+/* Skips n batches of the current epoch (resuming mid-epoch). */
+int        lz_loader_skip(lz_loader *l, int64_t n);
+/* Next batch as new tensors x [B, 1, H, W] f32 and y [B] i64: 1, or 0 at
+   the end of the epoch, or -1 with an error. */
+int        lz_loader_next(lz_loader *l, lz_tensor **x, lz_tensor **y);
+void       lz_loader_free(lz_loader *l);
 
 /* ---- capture: trace a step once, replay it ---------------------------- */
 
