@@ -26,6 +26,7 @@ extern "C" {
 
 typedef struct lz_tensor lz_tensor; /* opaque handle */
 typedef struct lz_fn     lz_fn;     /* a captured step function */
+typedef struct lz_params lz_params; /* named tensors: a model's parameters and buffers */
 typedef enum { LZ_F32, LZ_I64, LZ_I32 } lz_dtype;
 
 /* ---- tensors -------------------------------------------------------- */
@@ -226,6 +227,14 @@ int       lz_adamw_step(lz_adamw *opt);
 void      lz_adamw_zero_grad(lz_adamw *opt);
 void      lz_adamw_free(lz_adamw *opt);
 
+/* Checkpoint support: adds new handles of the optimizer's state tensors
+   (momentum buffers, moments, step count) to `into`, named prefix.NAME
+   (non-trainable). Loading values into them restores the optimizer. */
+int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix);
+int lz_adamw_state(lz_adamw *opt, lz_params *into, const char *prefix);
+/* The same for the random generator's seed and counter. */
+int lz_rng_state(lz_params *into, const char *prefix);
+
 /* Learning-rate schedules: the rate for a step, to pass to *_set_lr
    between steps (torch's StepLR and CosineAnnealingLR). */
 float lz_lr_step(float base_lr, int step, int step_size, float gamma);
@@ -233,9 +242,9 @@ float lz_lr_cosine(float base_lr, int step, int t_max, float eta_min);
 
 /* ---- named parameters and checkpoints ---------------------------------- */
 
-/* An ordered set of named tensors: a model's parameters (trainable) and
-   buffers (running statistics), named like PyTorch's state_dict keys. */
-typedef struct lz_params lz_params;
+/* lz_params: an ordered set of named tensors, a model's parameters
+   (trainable) and buffers (running statistics), named like PyTorch's
+   state_dict keys. */
 lz_params  *lz_params_new(void);
 void        lz_params_free(lz_params *p);         /* frees the tensors too */
 /* Adds t under name (the set takes over the caller's handle); trainable

@@ -27,6 +27,9 @@ int lz_zoo_build_mnasnet(lz_model *m, const char *name, int bench_size, uint64_t
 int lz_zoo_build_squeezenet(lz_model *m, const char *name, int bench_size, uint64_t seed); /* squeezenet1_1 */
 int lz_zoo_build_vit(lz_model *m, const char *name, int bench_size, uint64_t seed);        /* timm_vision_transformer */
 int lz_zoo_build_bert(lz_model *m, const char *name, int bench_size, uint64_t seed);       /* BERT_pytorch */
+/* Training models beyond the reference ten (lz_model_new knows them;
+   lz_model_names does not list them). */
+int lz_zoo_build_cnn(lz_model *m, const char *name, int bench_size, uint64_t seed);        /* cnn: 1x28x28 */
 
 /* Image models share their input conventions: batch 8 at 128x128 for the
    bench size, batch 2 at 64x64 for smoke (alexnet needs at least 63). */

@@ -9,6 +9,10 @@
 
 static const lz_cli_cmd commands[] = {
     { "demo", "train a small MLP in lazy mode; print its loss curve and metrics", lz_cmd_demo },
+    { "bench", "time every model's training step: eager, lazy, captured and PyTorch", lz_cmd_bench },
+    { "models", "list the model zoo: parameter counts and input shapes at both sizes", lz_cmd_models },
+    { "train", "train a model on Fashion-MNIST in captured mode, with checkpoints and resume", lz_cmd_train },
+    { "grads", "one forward+backward from given weights and batch; write loss and gradients", lz_cmd_grads },
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -12,15 +12,21 @@
  * learning rate is new data, never a new graph.
  *
  * The first step of torch (buf = d_p) is written as the later-step formula
- * with a decay of 0 and a coefficient of 1, read from two more data scalars:
- * 0 * 0 + 1 * d_p is exactly d_p, and step 1 records the same graph as
- * every later step, so a training loop compiles once, not twice. The
- * buffers start as zeros made when the optimizer is made, not at the first
- * step: a handle made inside lz_sgd_step would belong to the caller's scope
- * (lz_keep only lifts a handle one scope up), and a training loop that wraps
- * each step in a scope would then free the momentum buffers after step 1.
+ * with a decay of momentum * started and a coefficient of 1 - dampening *
+ * started, where `started` is a 0-d data tensor, 0 until the first step and
+ * then the `one` scalar: 0 * 0 + 1 * d_p is exactly d_p, and step 1 records
+ * the same graph as every later step, so a training loop compiles once.
+ * No flag lives on the host, so a captured step (which reads `started`
+ * through the tensor on every replay) is right whichever step it traced.
+ * One flag serves all parameters: a parameter whose first gradient comes
+ * after the optimizer's first step starts with (1 - dampening) * d_p,
+ * where torch takes d_p; the two differ only with dampening.
+ * The buffers start as zeros made when the optimizer is made, not at the
+ * first step: a handle made inside lz_sgd_step would belong to the caller's
+ * scope, and a loop that wraps each step in a scope would free them.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "lazyc.h"
@@ -30,12 +36,13 @@ struct lz_sgd {
     int n;
     lz_tensor **params;          /* borrowed: they must outlive the optimizer */
     lz_tensor **bufs;            /* owned; NULL when momentum == 0 */
-    unsigned char *started;      /* per param: its buffer holds a real value */
     lz_sgd_opts opts;
     lz_tensor *lr, *wd;          /* wd: NULL when weight_decay == 0 */
-    lz_tensor *mom, *dampc;      /* momentum, 1 - dampening (NULL when 0 is 1) */
-    lz_tensor *nest_mom;         /* momentum again, for the nesterov term */
-    lz_tensor *first_decay, *first_coef;   /* 0 and 1: the first step */
+    lz_tensor *mom, *damp;       /* damp: NULL when dampening == 0 */
+    lz_tensor *one, *started;    /* started: 0, then 1 once a step is recorded */
+    lz_tensor *on;               /* 1, read by nothing but `started`: a buffer the graph
+                                    shares with no other input, so step 1 and step 2
+                                    bind the same slots and compile once */
 };
 
 static int64_t zero_fill_elems(lz_tensor *const *params, int n)
@@ -54,13 +61,11 @@ void lz_sgd_free(lz_sgd *opt)
     if (opt->bufs)
         for (int i = 0; i < opt->n; i++)
             lz_free(opt->bufs[i]);
-    lz_tensor *scalars[] = { opt->lr, opt->wd, opt->mom, opt->dampc, opt->nest_mom,
-                             opt->first_decay, opt->first_coef };
+    lz_tensor *scalars[] = { opt->lr, opt->wd, opt->mom, opt->damp, opt->one, opt->started, opt->on };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
         lz_free(scalars[i]);
     free(opt->params);
     free(opt->bufs);
-    free(opt->started);
     free(opt);
 }
 
@@ -120,8 +125,7 @@ lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
     opt->n = n;
     opt->opts = o;
     opt->params = calloc((size_t)(n > 0 ? n : 1), sizeof *opt->params);
-    opt->started = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (!opt->params || !opt->started) {
+    if (!opt->params) {
         lz_sgd_free(opt);
         return lz_errorf("lz_sgd_new: out of memory");
     }
@@ -133,17 +137,11 @@ lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
         failed |= !(opt->wd = lz_scalar(o.weight_decay));
     if (o.momentum != 0.0f) {
         failed |= !(opt->mom = lz_scalar(o.momentum));
-        failed |= !(opt->first_decay = lz_scalar(0.0f));
-        if (o.dampening != 0.0f) {
-            failed |= !(opt->dampc = lz_scalar(1.0f - o.dampening));
-            failed |= !(opt->first_coef = lz_scalar(1.0f));
-        }
-        /* A leaf of its own: at the first step the decay slot holds the 0
-           scalar, later the momentum; if the nesterov term shared the
-           momentum's buffer, the two steps' graphs would differ in which
-           slots share a buffer, and step 2 would compile again. */
-        if (o.nesterov)
-            failed |= !(opt->nest_mom = lz_scalar(o.momentum));
+        failed |= !(opt->one = lz_scalar(1.0f));
+        failed |= !(opt->started = lz_scalar(0.0f));
+        failed |= !(opt->on = lz_scalar(1.0f));
+        if (o.dampening != 0.0f)
+            failed |= !(opt->damp = lz_scalar(o.dampening));
         if (!failed)
             failed = make_buffers(opt) != 0;
     }
@@ -180,16 +178,14 @@ static int step_one(lz_sgd *opt, int i)
     if (opt->wd)
         d_p = lz_add(d_p, lz_mul(opt->wd, p));
     if (opt->mom) {
-        int first = !opt->started[i];
-        lz_tensor *decay = first ? opt->first_decay : opt->mom;
+        lz_tensor *decay = lz_mul(opt->mom, opt->started);
         lz_tensor *fresh = d_p;
-        if (opt->dampc)
-            fresh = lz_mul(first ? opt->first_coef : opt->dampc, d_p);
+        if (opt->damp)
+            fresh = lz_mul(lz_sub(opt->one, lz_mul(opt->damp, opt->started)), d_p);
         lz_tensor *buf = lz_add(lz_mul(decay, opt->bufs[i]), fresh);
         if (!buf || lz_assign(opt->bufs[i], buf) != 0)
             return -1;
-        opt->started[i] = 1;
-        d_p = opt->nest_mom ? lz_add(d_p, lz_mul(opt->nest_mom, buf)) : buf;
+        d_p = opt->opts.nesterov ? lz_add(d_p, lz_mul(opt->mom, buf)) : buf;
     }
     lz_tensor *np = lz_sub(p, lz_mul(opt->lr, d_p));
     if (!np)
@@ -206,7 +202,28 @@ int lz_sgd_step(lz_sgd *opt)
     lz_scope_begin();
     for (int i = 0; i < opt->n && rc == 0; i++)
         rc = step_one(opt, i);
+    /* a data leaf, not an op: `started` now reads the `on` buffer */
+    if (rc == 0 && opt->started)
+        rc = lz_assign(opt->started, opt->on);
     lz_scope_end();
     lz_no_grad_end();
     return rc;
+}
+
+int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix)
+{
+    if (!opt || !into || !prefix)
+        return lz_errorf_int("lz_sgd_state: NULL argument");
+    char name[512];
+    for (int i = 0; opt->bufs && i < opt->n; i++) {
+        snprintf(name, sizeof name, "%s.momentum_buffer.%d", prefix, i);
+        if (!lz_params_add(into, name, lz_retain(opt->bufs[i]), 0))
+            return -1;
+    }
+    if (opt->started) {
+        snprintf(name, sizeof name, "%s.started", prefix);
+        if (!lz_params_add(into, name, lz_retain(opt->started), 0))
+            return -1;
+    }
+    return 0;
 }

@@ -1,0 +1,94 @@
+/* Random numbers: one global counter-based generator and dropout.
+ *
+ * The generator's seed and counter are two 0-d i64 data tensors that the
+ * library owns. A random op reads both and advances the counter IN THE
+ * GRAPH (lz_assign of an RNG_ADVANCE node), never on the host: a captured
+ * step then treats the counter as state, like a parameter, and every replay
+ * draws new numbers; a host-side counter would be frozen into the capture
+ * and each replay would repeat the first mask. Element i of a draw is a
+ * pure function of (seed, counter + i), so the numbers do not depend on
+ * threads, on eager/lazy/captured mode, or on how a graph is scheduled. */
+#include <stdio.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "ops/nn_internal.h"
+#include "ops/ops_util.h"
+
+/* torch's default seed, so an unseeded program is still deterministic */
+#define DEFAULT_SEED 67280421310721ull
+
+static lz_tensor *rng_seed, *rng_counter;
+
+static lz_tensor *library_scalar_i64(int64_t v)
+{
+    lz_tensor *t = lz_from_host(&v, LZ_I64, 0, NULL);
+    /* owned by the library for the life of the process: a scope open
+       around the first random op must not drop it */
+    if (t) lz_scope_forget(t);
+    return t;
+}
+
+static int rng_create(uint64_t seed)
+{
+    int64_t s;
+    memcpy(&s, &seed, sizeof s);
+    lz_tensor *ts = library_scalar_i64(s), *tc = library_scalar_i64(0);
+    if (!ts || !tc) {
+        lz_free(ts);
+        lz_free(tc);
+        return -1;
+    }
+    rng_seed = ts;
+    rng_counter = tc;
+    return 0;
+}
+
+void lz_manual_seed(uint64_t seed)
+{
+    if (!rng_seed) {
+        rng_create(seed);
+        return;
+    }
+    int64_t s, zero = 0;
+    memcpy(&s, &seed, sizeof s);
+    /* fresh buffers, not overwrites: a capture bound to these tensors reads
+       the new values on its next replay */
+    if (lz_copy_from_host(rng_seed, &s, sizeof s) == 0)
+        lz_copy_from_host(rng_counter, &zero, sizeof zero);
+}
+
+lz_tensor *lz_dropout(lz_tensor *x, float p, int training)
+{
+    if (lz_check_operands("lz_dropout", 1, &x)) return NULL;
+    if (!lz_require_f32("lz_dropout", x)) return NULL;
+    if (!(p >= 0.0f && p <= 1.0f))
+        return lz_errorf("lz_dropout: p = %g is not a probability in [0, 1]", (double)p);
+    if (!training || p == 0.0f) return lz_nn_alias("lz_dropout", x);
+    if (!rng_seed && rng_create(DEFAULT_SEED) != 0) return NULL;
+
+    lz_tensor *state[2] = {rng_seed, rng_counter};
+    lz_attrs am = {.n_fattr = 1, .fattr = {p}};
+    lz_tensor *mask = lz_record(LZ_OP_DROPOUT_MASK, LZ_F32, lz_t_ndim(x), lz_t_shape(x), 2, state, &am);
+    if (!mask) return NULL;
+    const int64_t no_shape[1] = {0};   /* the counter is 0-d */
+    lz_attrs aa = {.n_iattr = 1, .iattr = {lz_shape_numel(lz_t_ndim(x), lz_t_shape(x))}};
+    lz_tensor *next = lz_record(LZ_OP_RNG_ADVANCE, LZ_I64, 0, no_shape, 1, &rng_counter, &aa);
+    int rc = next ? lz_assign(rng_counter, next) : -1;
+    lz_free(next);
+    lz_tensor *y = rc == 0 ? lz_mul(x, mask) : NULL;
+    lz_free(mask);
+    return y;
+}
+
+int lz_rng_state(lz_params *into, const char *prefix)
+{
+    if (!into || !prefix) return lz_errorf_int("lz_rng_state: NULL argument");
+    if (!rng_seed && rng_create(DEFAULT_SEED) != 0) return -1;
+    char name[512];
+    snprintf(name, sizeof name, "%s.seed", prefix);
+    if (!lz_params_add(into, name, lz_retain(rng_seed), 0)) return -1;
+    snprintf(name, sizeof name, "%s.counter", prefix);
+    return lz_params_add(into, name, lz_retain(rng_counter), 0) ? 0 : -1;
+}

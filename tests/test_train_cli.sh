@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# lazyc train on real Fashion-MNIST: a short run must learn (test accuracy
+# far above the 10% of chance), a resumed run must equal an uninterrupted
+# one bit for bit, and broken data must give a clear error and exit 2.
+set -u
+lazyc="$1"
+data=/usr/share/datasets/fashion-mnist
+if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAILED: $data is missing; CI installs dataset-fashion-mnist" >&2
+        exit 1
+    fi
+    echo "SKIPPED: test_train_cli: $data is missing (apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() { if eval "$2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1" >&2; fi; }
+
+# 1 epoch on 10,000 images, tested on 2,000: 75% cannot happen by chance
+"$lazyc" train --data fashion-mnist --epochs 1 --train-limit 10000 --test-limit 2000 \
+    --summary "$tmp/sum.json" >"$tmp/log" 2>&1
+check "the short run exits 0" '[ $? -eq 0 ]'
+acc=$(sed -n 's/.*"test_accuracy": \([0-9.]*\), "wall_s".*/\1/p' "$tmp/sum.json")
+echo "test accuracy after 1 epoch on 10000 images: $acc"
+check "accuracy $acc > 0.75" 'awk -v a="$acc" "BEGIN { exit !(a > 0.75) }"'
+check "the summary names the model and epoch 1" 'grep -q "\"model\": \"cnn\", \"epochs\": \[{\"epoch\": 1" "$tmp/sum.json"'
+
+# 2 epochs in one run == 1 epoch (of a 2-epoch schedule), save, resume
+small=(--data fashion-mnist --train-limit 1024 --test-limit 200 --batch 128)
+"$lazyc" train "${small[@]}" --epochs 2 --save "$tmp/a.st" --summary "$tmp/a.json" >/dev/null 2>&1
+"$lazyc" train "${small[@]}" --epochs 1 --schedule-epochs 2 --save "$tmp/b1.st" --summary "$tmp/b1.json" >/dev/null 2>&1
+"$lazyc" train "${small[@]}" --epochs 2 --resume "$tmp/b1.st" --save "$tmp/b2.st" --summary "$tmp/b2.json" >/dev/null 2>&1
+check "both checkpoints exist" '[ -s "$tmp/a.st" ] && [ -s "$tmp/b2.st" ]'
+check "resumed parameters, buffers and optimizer state equal the uninterrupted run's bit for bit" \
+    'cmp -s "$tmp/a.st" "$tmp/b2.st"'
+
+# broken data: exit status 2 and a message naming the problem
+"$lazyc" train --data fashion-mnist --data-dir "$tmp/nowhere" >"$tmp/err" 2>&1
+check "a missing data directory exits 2" '[ $? -eq 2 ] && grep -q "nowhere" "$tmp/err"'
+mkdir "$tmp/broken"
+cp "$data"/t10k-* "$tmp/broken/"
+head -c 5000 "$data/train-images-idx3-ubyte.gz" >"$tmp/broken/train-images-idx3-ubyte.gz"
+cp "$data/train-labels-idx1-ubyte.gz" "$tmp/broken/"
+"$lazyc" train --data fashion-mnist --data-dir "$tmp/broken" >"$tmp/err" 2>&1
+check "a truncated image file exits 2" '[ $? -eq 2 ] && grep -q "train-images-idx3-ubyte.gz" "$tmp/err"'
+printf 'not an idx file' | gzip >"$tmp/broken/train-images-idx3-ubyte.gz"
+"$lazyc" train --data fashion-mnist --data-dir "$tmp/broken" >"$tmp/err" 2>&1
+check "a corrupt image file exits 2" '[ $? -eq 2 ] && grep -q "magic" "$tmp/err"'
+"$lazyc" train --data fashion-mnist --epochs 0 >"$tmp/err" 2>&1
+check "a bad option exits 2" '[ $? -eq 2 ]'
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
