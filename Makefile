@@ -1,7 +1,7 @@
 # Entry points for a newcomer and for CI. Everything real is in CMake; this
 # file only chains set-up, configure, build and run.
 #
-#   make demo     install missing packages, build, run the demo
+#   make demo     install missing packages, build, run the benchmark at smoke size
 #   make test     install missing packages, build, run every test (ctest)
 #   make build    configure + build only
 #   make install PREFIX=/some/prefix
@@ -30,7 +30,7 @@ build: configure
 	@$(CMAKE) --build $(BUILD) -j$(JOBS)
 
 demo: build
-	./$(BUILD)/lazyc demo
+	./$(BUILD)/lazyc bench --size smoke
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)

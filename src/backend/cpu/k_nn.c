@@ -1,9 +1,176 @@
-/* Kernels of the neural-network ops without convolution: filled in by the
-   issue-4 work. */
+/* Kernels of the neural-network ops without convolution: hardtanh and its
+ * gradient, embedding lookup and its scatter-add gradient, the dropout
+ * mask and the generator's counter. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "backend/cpu/kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* below this many elements OpenMP's fork costs more than it saves */
+#define PAR_MIN 32768
+
+/* ---- hardtanh ----------------------------------------------------------------- */
+
+static const char *k_hardtanh(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const int64_t n = p->values[s->out].numel;
+    const float *x = ptrs[s->in[0]];
+    float *y = ptrs[s->out];
+    const float lo = s->fattr[0], hi = s->fattr[1];
+    /* written so that NaN passes through, as in torch */
+    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    return NULL;
+}
+
+/* torch's rule: the gradient is 0 at the bounds as well as outside */
+static const char *k_hardtanh_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const int64_t n = p->values[s->out].numel;
+    const float *x = ptrs[s->in[0]], *g = ptrs[s->in[1]];
+    float *dx = ptrs[s->out];
+    const float lo = s->fattr[0], hi = s->fattr[1];
+    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > lo && x[i] < hi ? g[i] : 0.0f;
+    return NULL;
+}
+
+/* ---- embedding ---------------------------------------------------------------- */
+
+static int64_t index_at(const void *idx, int is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)idx)[i] : ((const int32_t *)idx)[i];
+}
+
+/* Indices are data: check them all before touching memory, and name the
+   first bad one. The message lives in thread storage because the kernel
+   contract returns a string, not an allocation. */
+static const char *check_indices(const char *op, const void *idx, int is64, int64_t n, int64_t rows)
+{
+    static _Thread_local char msg[200];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = index_at(idx, is64, i);
+        if (k < 0 || k >= rows) {
+            snprintf(msg, sizeof msg, "%s: index %lld (element %lld of the indices) is out of range "
+                     "for a weight of %lld rows", op, (long long)k, (long long)i, (long long)rows);
+            return msg;
+        }
+    }
+    return NULL;
+}
+
+/* (weight [V, D], idx) -> [..., D] */
+static const char *k_embedding(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const lz_value *vw = &p->values[s->in[0]], *vi = &p->values[s->in[1]];
+    const float *w = ptrs[s->in[0]];
+    const void *idx = ptrs[s->in[1]];
+    float *y = ptrs[s->out];
+    const int is64 = vi->dtype == LZ_I64;
+    const int64_t n = vi->numel, rows = vw->shape[0], d = vw->shape[1];
+    const char *err = check_indices("lz_embedding", idx, is64, n, rows);
+    if (err) return err;
+    #pragma omp parallel for schedule(static) if (n * d > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        memcpy(y + i * d, w + index_at(idx, is64, i) * d, sizeof(float) * (size_t)d);
+    return NULL;
+}
+
+/* (g [..., D], idx) -> [V, D]: zeros, then each g row added into its
+   index's row. Threads split the D columns, never the indices, so a row
+   that several indices hit is summed by one thread in index order: no
+   races and the same bits on any number of threads. */
+static const char *k_embedding_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const lz_value *vo = &p->values[s->out], *vi = &p->values[s->in[1]];
+    const float *g = ptrs[s->in[0]];
+    const void *idx = ptrs[s->in[1]];
+    float *dw = ptrs[s->out];
+    const int is64 = vi->dtype == LZ_I64;
+    const int64_t n = vi->numel, rows = vo->shape[0], d = vo->shape[1];
+    const char *err = check_indices("lz_embedding (backward)", idx, is64, n, rows);
+    if (err) return err;
+    const int64_t total = rows * d;
+    #pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t i = 0; i < total; i++) dw[i] = 0.0f;
+    #pragma omp parallel if (n * d > PAR_MIN)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        t = omp_get_thread_num();
+#endif
+        const int64_t c0 = d * t / nt, c1 = d * (t + 1) / nt;
+        for (int64_t i = 0; i < n; i++) {
+            float *dst = dw + index_at(idx, is64, i) * d;
+            const float *src = g + i * d;
+            for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
+        }
+    }
+    return NULL;
+}
+
+/* ---- random numbers ----------------------------------------------------------- */
+
+/* splitmix64's finaliser: a bijection of 64-bit words whose outputs on
+   consecutive inputs pass BigCrush */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+/* (seed, counter) -> element i is 0 with probability p (to 2^-32) and
+   1/(1-p) otherwise, drawn from (seed, counter + i) alone: splitmix64's
+   stream keyed by a mixed seed, so nearby seeds give unrelated streams. */
+static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const int64_t n = p->values[s->out].numel;
+    uint64_t seed, counter;
+    memcpy(&seed, ptrs[s->in[0]], sizeof seed);
+    memcpy(&counter, ptrs[s->in[1]], sizeof counter);
+    float *m = ptrs[s->out];
+    const float prob = s->fattr[0];
+    /* drop when the top 32 bits fall below prob * 2^32 */
+    const double th = (double)prob * 4294967296.0;
+    const uint64_t thresh = th >= 4294967296.0 ? 4294967296ull : th <= 0 ? 0 : (uint64_t)(th + 0.5);
+    const float keep = prob < 1.0f ? 1.0f / (1.0f - prob) : 0.0f;
+    const uint64_t key = mix64(seed ^ 0x6A09E667F3BCC909ull);
+    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = mix64(key + (counter + (uint64_t)i + 1) * GOLDEN);
+        m[i] = (r >> 32) < thresh ? 0.0f : keep;
+    }
+    return NULL;
+}
+
+static const char *k_rng_advance(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    (void)p;
+    uint64_t c;
+    memcpy(&c, ptrs[s->in[0]], sizeof c);
+    c += (uint64_t)s->iattr[0];
+    memcpy(ptrs[s->out], &c, sizeof c);
+    return NULL;
+}
 
 lz_kernel lz_cpu_nn_kernel(lz_op op)
 {
-    (void)op;
-    return NULL;
+    switch (op) {
+    case LZ_OP_HARDTANH:       return k_hardtanh;
+    case LZ_OP_HARDTANH_GRAD:  return k_hardtanh_grad;
+    case LZ_OP_EMBEDDING:      return k_embedding;
+    case LZ_OP_EMBEDDING_GRAD: return k_embedding_grad;
+    case LZ_OP_DROPOUT_MASK:   return k_dropout_mask;
+    case LZ_OP_RNG_ADVANCE:    return k_rng_advance;
+    default:                   return NULL;
+    }
 }

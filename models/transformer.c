@@ -1,0 +1,122 @@
+#include "transformer.h"
+#include "layers.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Parameters are looked up by name at every trace rather than cached at
+   build time, so a checkpoint loader that swaps a tensor in the set can
+   never leave the model holding a stale handle. */
+lz_tensor *lz_tf_param(const lz_params *p, const char *fmt, ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    lz_tensor *t = lz_params_find(p, name);
+    if (!t) lz_zoo_set_error("model parameter %s is missing from the parameter set", name);
+    return t;
+}
+
+lz_tensor *lz_tf_linear(lz_tensor *x, lz_tensor *w, lz_tensor *b)
+{
+    if (!x || !w) return NULL;
+    int nd = lz_ndim(x);
+    int64_t shape[LZ_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = lz_dim(x, d);
+    lz_scope_begin();
+    /* one 2-d product instead of a batch of small ones */
+    int64_t flat[2] = {-1, shape[nd - 1]};
+    lz_tensor *x2 = nd == 2 ? x : lz_reshape(x, 2, flat);
+    lz_tensor *y = lz_matmul(x2, lz_transpose(w, 0, 1));
+    if (b) y = lz_add(y, b);
+    if (nd != 2 && y) {
+        shape[nd - 1] = lz_dim(w, 0);
+        y = lz_reshape(y, nd, shape);
+    }
+    lz_keep(y);
+    lz_scope_end();
+    return y;
+}
+
+/* [B, S, E] -> [B, H, S, E/H] */
+static lz_tensor *split_heads(lz_tensor *x, int heads)
+{
+    int64_t b = lz_dim(x, 0), s = lz_dim(x, 1), e = lz_dim(x, 2);
+    int64_t shape[4] = {b, s, heads, e / heads};
+    static const int perm[4] = {0, 2, 1, 3};
+    return lz_permute(lz_reshape(x, 4, shape), perm);
+}
+
+lz_tensor *lz_tf_self_attention(const lz_params *p, const char *prefix, lz_tensor *x,
+                                int heads, float attn_dropout)
+{
+    if (!x) return NULL;
+    int64_t b = lz_dim(x, 0), s = lz_dim(x, 1), e = lz_dim(x, 2);
+    lz_scope_begin();
+    lz_tensor *qkv = lz_tf_linear(x, lz_tf_param(p, "%s.in_proj_weight", prefix),
+                                  lz_tf_param(p, "%s.in_proj_bias", prefix));
+    lz_tensor *q = split_heads(lz_slice(qkv, 2, 0, e), heads);
+    lz_tensor *k = split_heads(lz_slice(qkv, 2, e, 2 * e), heads);
+    lz_tensor *v = split_heads(lz_slice(qkv, 2, 2 * e, 3 * e), heads);
+    lz_tensor *o;
+    if (attn_dropout > 0) {
+        /* nn.MultiheadAttention drops attention probabilities, which the
+           fused op does not: compose it. The scale is data (lz_scalar),
+           never a baked constant. */
+        lz_tensor *qs = lz_mul(q, lz_scalar((float)(1.0 / sqrt((double)(e / heads)))));
+        lz_tensor *att = lz_softmax(lz_matmul(qs, lz_transpose(k, 2, 3)), 3);
+        o = lz_matmul(lz_dropout(att, attn_dropout, 1), v);
+    } else {
+        o = lz_attention(q, k, v, NULL, 0.0f);
+    }
+    static const int perm[4] = {0, 2, 1, 3};
+    int64_t merged[3] = {b, s, e};
+    o = lz_reshape(lz_permute(o, perm), 3, merged);
+    lz_tensor *y = lz_tf_linear(o, lz_tf_param(p, "%s.out_proj.weight", prefix),
+                                lz_tf_param(p, "%s.out_proj.bias", prefix));
+    lz_keep(y);
+    lz_scope_end();
+    return y;
+}
+
+int lz_tf_init_self_attention(lz_params *p, lz_init_rng *r, const char *prefix, int64_t dim)
+{
+    char name[256];
+    int64_t w_in[2] = {3 * dim, dim}, b_in[1] = {3 * dim}, w_out[2] = {dim, dim}, b_out[1] = {dim};
+    /* xavier_uniform over [3E, E]: fan_in E, fan_out 3E */
+    float xavier = (float)sqrt(6.0 / (double)(dim + 3 * dim));
+    snprintf(name, sizeof name, "%s.in_proj_weight", prefix);
+    if (!lz_init_uniform(p, r, name, 2, w_in, xavier)) return -1;
+    snprintf(name, sizeof name, "%s.in_proj_bias", prefix);
+    if (!lz_init_const(p, name, LZ_F32, 1, b_in, 0.0, 1)) return -1;
+    snprintf(name, sizeof name, "%s.out_proj.weight", prefix);
+    if (!lz_init_uniform(p, r, name, 2, w_out, lz_init_default_bound(dim))) return -1;
+    snprintf(name, sizeof name, "%s.out_proj.bias", prefix);
+    if (!lz_init_const(p, name, LZ_F32, 1, b_out, 0.0, 1)) return -1;
+    return 0;
+}
+
+int lz_tf_init_layer_norm(lz_params *p, const char *prefix, int64_t dim)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    if (!lz_init_const(p, name, LZ_F32, 1, &dim, 1.0, 1)) return -1;
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    if (!lz_init_const(p, name, LZ_F32, 1, &dim, 0.0, 1)) return -1;
+    return 0;
+}
+
+int lz_tf_init_linear(lz_params *p, lz_init_rng *r, const char *prefix, int64_t in, int64_t out)
+{
+    char name[256];
+    int64_t w[2] = {out, in};
+    float bound = lz_init_default_bound(in);
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    if (!lz_init_uniform(p, r, name, 2, w, bound)) return -1;
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    if (!lz_init_uniform(p, r, name, 1, &out, bound)) return -1;
+    return 0;
+}

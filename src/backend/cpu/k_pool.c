@@ -1,0 +1,259 @@
+/* CPU kernels for max, average and adaptive-average 2-d pooling (NCHW) and
+ * their gradients, with torch's window rules. Every kernel works one
+ * (image, channel) plane at a time; a gradient plane is written by one
+ * thread only, so overlapping windows need no atomics. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/k_pool.h"
+
+#define PAR_MIN 32768   /* below this much work a parallel region costs more than it saves */
+
+typedef struct pgeom {
+    int64_t planes, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, ph, pw;
+    int count_pad;
+} pgeom;
+
+/* x: the pooled input's value, y: the pooled output's. */
+static pgeom make_pgeom(const lz_value *x, const lz_value *y, const lz_step *s, int attrs)
+{
+    pgeom g = {0};
+    g.planes = x->shape[0] * x->shape[1];
+    g.H = x->shape[2]; g.W = x->shape[3];
+    g.OH = y->shape[2]; g.OW = y->shape[3];
+    if (attrs) {
+        g.kh = s->iattr[0]; g.kw = s->iattr[1]; g.sh = s->iattr[2]; g.sw = s->iattr[3];
+        g.ph = s->iattr[4]; g.pw = s->iattr[5]; g.count_pad = s->iattr[7] != 0;
+    }
+    return g;
+}
+
+/* The input rows [*lo, *hi) of output row o (torch: clipped to the input). */
+static void window(int64_t o, int64_t s, int64_t p, int64_t k, int64_t in, int64_t *lo, int64_t *hi)
+{
+    int64_t a = o * s - p, b = a + k;
+    *lo = a < 0 ? 0 : a;
+    *hi = b > in ? in : b;
+}
+
+/* torch's avg_pool2d divisor: the window clipped to the padded input, or to
+   the input alone without count_include_pad. */
+static int64_t avg_divisor(const pgeom *g, int64_t oh, int64_t ow)
+{
+    int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
+    int64_t h1 = h0 + g->kh, w1 = w0 + g->kw;
+    if (h1 > g->H + g->ph) h1 = g->H + g->ph;
+    if (w1 > g->W + g->pw) w1 = g->W + g->pw;
+    if (g->count_pad) return (h1 - h0) * (w1 - w0);
+    if (h0 < 0) h0 = 0;
+    if (w0 < 0) w0 = 0;
+    if (h1 > g->H) h1 = g->H;
+    if (w1 > g->W) w1 = g->W;
+    return (h1 - h0) * (w1 - w0);
+}
+
+/* torch's adaptive windows: [floor(i*in/out), ceil((i+1)*in/out)). */
+static void adaptive_window(int64_t i, int64_t in, int64_t out, int64_t *lo, int64_t *hi)
+{
+    *lo = i * in / out;
+    *hi = ((i + 1) * in + out - 1) / out;
+}
+
+/* Max of the window [h0, h1) x [w0, w1) (NaN if any element is NaN, as in
+   torch). Written as a select the compiler turns into maxss: on data the
+   comparison is a coin toss, and a branch on it mispredicts half the time. */
+static float window_max(const pgeom *g, const float *x, int64_t h0, int64_t h1, int64_t w0,
+                        int64_t w1)
+{
+    float m = -INFINITY;
+    int nan = 0;
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) {
+            float v = x[ih * g->W + iw];
+            m = v > m ? v : m;
+            nan |= v != v;
+        }
+    return nan ? NAN : m;
+}
+
+/* Index in the plane of the element torch's max pool picks: the first
+   maximum, or the last NaN; -1 for an empty window. Two passes (the max,
+   then where it is) keep both loops free of unpredictable branches. */
+static int64_t argmax(const pgeom *g, const float *x, int64_t oh, int64_t ow)
+{
+    int64_t h0, h1, w0, w1;
+    window(oh, g->sh, g->ph, g->kh, g->H, &h0, &h1);
+    window(ow, g->sw, g->pw, g->kw, g->W, &w0, &w1);
+    if (h0 >= h1 || w0 >= w1) return -1;
+    float m = window_max(g, x, h0, h1, w0, w1);
+    if (isnan(m)) {
+        for (int64_t ih = h1 - 1; ih >= h0; ih--)
+            for (int64_t iw = w1 - 1; iw >= w0; iw--)
+                if (isnan(x[ih * g->W + iw])) return ih * g->W + iw;
+    }
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++)
+            if (x[ih * g->W + iw] == m) return ih * g->W + iw;
+    return h0 * g->W + w0;   /* every element -inf: torch keeps the first */
+}
+
+static int parallel(const pgeom *g, int64_t per_out)
+{
+    return g->planes * g->OH * g->OW * per_out > PAR_MIN;
+}
+
+static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
+    const float *x = ptrs[s->in[0]];
+    float *y = ptrs[s->out];
+    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.H * g.W;
+        float *yp = y + pl * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                window(oh, g.sh, g.ph, g.kh, g.H, &h0, &h1);
+                window(ow, g.sw, g.pw, g.kw, g.W, &w0, &w1);
+                yp[oh * g.OW + ow] = window_max(&g, xp, h0, h1, w0, w1);
+            }
+    }
+    return NULL;
+}
+
+/* (x, g) -> dx: each output's gradient goes to its window's first max. */
+static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->in[1]], s, 1);
+    const float *x = ptrs[s->in[0]], *gy = ptrs[s->in[1]];
+    float *dx = ptrs[s->out];
+    memset(dx, 0, p->values[s->out].nbytes);
+    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.H * g.W, *gp = gy + pl * g.OH * g.OW;
+        float *dp = dx + pl * g.H * g.W;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t i = argmax(&g, xp, oh, ow);
+                if (i >= 0) dp[i] += gp[oh * g.OW + ow];
+            }
+    }
+    return NULL;
+}
+
+static const char *k_avg_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
+    const float *x = ptrs[s->in[0]];
+    float *y = ptrs[s->out];
+    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.H * g.W;
+        float *yp = y + pl * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                window(oh, g.sh, g.ph, g.kh, g.H, &h0, &h1);
+                window(ow, g.sw, g.pw, g.kw, g.W, &w0, &w1);
+                int64_t div = avg_divisor(&g, oh, ow);
+                float sum = 0;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) sum += xp[ih * g.W + iw];
+                yp[oh * g.OW + ow] = div > 0 ? sum / (float)div : 0.0f;
+            }
+    }
+    return NULL;
+}
+
+/* (g) -> dx: each output's gradient spread over its window / divisor. */
+static const char *k_avg_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    pgeom g = make_pgeom(&p->values[s->out], &p->values[s->in[0]], s, 1);
+    const float *gy = ptrs[s->in[0]];
+    float *dx = ptrs[s->out];
+    memset(dx, 0, p->values[s->out].nbytes);
+    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        const float *gp = gy + pl * g.OH * g.OW;
+        float *dp = dx + pl * g.H * g.W;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t h0, h1, w0, w1;
+                window(oh, g.sh, g.ph, g.kh, g.H, &h0, &h1);
+                window(ow, g.sw, g.pw, g.kw, g.W, &w0, &w1);
+                int64_t div = avg_divisor(&g, oh, ow);
+                if (div <= 0) continue;
+                float v = gp[oh * g.OW + ow] / (float)div;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) dp[ih * g.W + iw] += v;
+            }
+    }
+    return NULL;
+}
+
+static const char *k_adaptive_avg_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 0);
+    const float *x = ptrs[s->in[0]];
+    float *y = ptrs[s->out];
+    int64_t per_out = (g.H / g.OH + 2) * (g.W / g.OW + 2);
+    #pragma omp parallel for schedule(static) if (parallel(&g, per_out))
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        const float *xp = x + pl * g.H * g.W;
+        float *yp = y + pl * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; oh++) {
+            int64_t h0, h1;
+            adaptive_window(oh, g.H, g.OH, &h0, &h1);
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t w0, w1;
+                adaptive_window(ow, g.W, g.OW, &w0, &w1);
+                float sum = 0;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) sum += xp[ih * g.W + iw];
+                yp[oh * g.OW + ow] = sum / (float)((h1 - h0) * (w1 - w0));
+            }
+        }
+    }
+    return NULL;
+}
+
+static const char *k_adaptive_avg_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    pgeom g = make_pgeom(&p->values[s->out], &p->values[s->in[0]], s, 0);
+    const float *gy = ptrs[s->in[0]];
+    float *dx = ptrs[s->out];
+    memset(dx, 0, p->values[s->out].nbytes);
+    int64_t per_out = (g.H / g.OH + 2) * (g.W / g.OW + 2);
+    #pragma omp parallel for schedule(static) if (parallel(&g, per_out))
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        const float *gp = gy + pl * g.OH * g.OW;
+        float *dp = dx + pl * g.H * g.W;
+        for (int64_t oh = 0; oh < g.OH; oh++) {
+            int64_t h0, h1;
+            adaptive_window(oh, g.H, g.OH, &h0, &h1);
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t w0, w1;
+                adaptive_window(ow, g.W, g.OW, &w0, &w1);
+                float v = gp[oh * g.OW + ow] / (float)((h1 - h0) * (w1 - w0));
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) dp[ih * g.W + iw] += v;
+            }
+        }
+    }
+    return NULL;
+}
+
+lz_kernel lz_cpu_pool_kernel(lz_op op)
+{
+    switch (op) {
+    case LZ_OP_MAX_POOL2D: return k_max_pool;
+    case LZ_OP_MAX_POOL2D_GRAD: return k_max_pool_grad;
+    case LZ_OP_AVG_POOL2D: return k_avg_pool;
+    case LZ_OP_AVG_POOL2D_GRAD: return k_avg_pool_grad;
+    case LZ_OP_ADAPTIVE_AVG_POOL2D: return k_adaptive_avg_pool;
+    case LZ_OP_ADAPTIVE_AVG_POOL2D_GRAD: return k_adaptive_avg_pool_grad;
+    default: return NULL;
+    }
+}

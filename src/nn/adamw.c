@@ -1,0 +1,315 @@
+/* Adam and AdamW as in torch.optim.Adam / torch.optim.AdamW (1.13; not
+ * amsgrad, not maximize):
+ *
+ *   step = step + 1
+ *   g    = grad + weight_decay * p                (Adam, weight_decay != 0)
+ *   p    = p * (1 - lr * weight_decay)            (AdamW, weight_decay != 0)
+ *   m    = beta1 * m + (1 - beta1) * g
+ *   v    = beta2 * v + (1 - beta2) * g * g
+ *   denom = sqrt(v) / sqrt(1 - beta2^step) + eps
+ *   p    = p - (lr / (1 - beta1^step)) * m / denom
+ *
+ * The update is recorded as ops, in torch's order of operations, so it lands
+ * in the step's graph. Every hyper-parameter is 0-d data, and so is the step
+ * count: it is advanced by an op (step + one) and the bias corrections are
+ * computed from it by ops. Host code runs once when a step is captured and
+ * never on its replays, so a count kept on the host would freeze the bias
+ * corrections at their traced values; a count in the graph advances on
+ * every replay, and a new count is new data, never a new graph.
+ *
+ * The bias correction 1 - beta^t loses most of its digits when computed as
+ * 1 - exp(t log beta) in f32 (beta2 = 0.999 at t = 1: 1 - 0.999 keeps about
+ * 4 significant digits of the 7). It is computed as -expm1(t log beta) by
+ * Kahan's formula, expm1(y) = (u - 1) y / log(u) with u = exp(y), which is
+ * accurate to a few ulps with any correctly rounded exp and log: u - 1 is
+ * exact (Sterbenz) near 1 and the rounding error of u cancels in the
+ * quotient. y is floored at -80 so that u never underflows to 0 (0.9^t does
+ * at t ~ 990 in f32); 1 - exp(-80) is 1 in f32, as 1 - beta^t is there.
+ * log beta is computed on the host in double when the optimizer is made.
+ *
+ * torch keeps one step count per parameter and skips a parameter that has
+ * no grad, so counts can differ. Each parameter has a step tensor; the
+ * parameters whose counts (as recorded so far) agree form a group that
+ * shares one count update and one set of bias corrections, so a model whose
+ * parameters all step together pays for them once. The grouping relies on
+ * the host's view of the counts: a captured step that skips some parameters
+ * replays with the same parameters skipped, which keeps equal counts equal.
+ *
+ * State (moments, step counts) starts as zeros made when the optimizer is
+ * made, never at the first step: a handle made inside lz_adamw_step would
+ * belong to the caller's scope, and step 1 records the same graph as every
+ * later step, so a training loop compiles once.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "lazyc.h"
+#include "core/error.h"
+
+/* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and
+   1 - exp(-80) rounds to 1. */
+#define LOG_POW_FLOOR -80.0
+
+struct lz_adamw {
+    int n;
+    lz_tensor **params;          /* borrowed: they must outlive the optimizer */
+    lz_tensor **m, **v;          /* owned: first and second moments */
+    lz_tensor **steps;           /* owned: per parameter, 0-d step count */
+    int64_t *taken;              /* per parameter: steps recorded for it */
+    unsigned char *grouped;      /* scratch for lz_adamw_step */
+    lz_adamw_opts opts;
+    lz_tensor *lr, *one;
+    lz_tensor *beta1, *c1;       /* beta1, 1 - beta1 */
+    lz_tensor *beta2, *c2;       /* beta2, 1 - beta2 */
+    lz_tensor *log_b1, *log_b2;  /* log beta, floored */
+    lz_tensor *floor_y;          /* LOG_POW_FLOOR */
+    lz_tensor *eps;
+    lz_tensor *wd;               /* NULL when weight_decay == 0 */
+};
+
+void lz_adamw_free(lz_adamw *opt)
+{
+    if (!opt)
+        return;
+    lz_tensor **per_param[3] = { opt->m, opt->v, opt->steps };
+    for (int k = 0; k < 3; k++) {
+        if (per_param[k])
+            for (int i = 0; i < opt->n; i++)
+                lz_free(per_param[k][i]);
+        free(per_param[k]);
+    }
+    lz_tensor *scalars[] = { opt->lr, opt->one, opt->beta1, opt->c1, opt->beta2, opt->c2,
+                             opt->log_b1, opt->log_b2, opt->floor_y, opt->eps, opt->wd };
+    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
+        lz_free(scalars[i]);
+    free(opt->params);
+    free(opt->taken);
+    free(opt->grouped);
+    free(opt);
+}
+
+static int bad_value(float x)
+{
+    return isnan(x) || isinf(x);
+}
+
+/* The same checks as torch.optim.Adam's and AdamW's constructors. */
+static int check_opts(lz_adamw_opts o)
+{
+    if (bad_value(o.lr) || o.lr < 0.0f)
+        return lz_errorf_int("lz_adamw_new: invalid learning rate %g", (double)o.lr);
+    if (bad_value(o.eps) || o.eps < 0.0f)
+        return lz_errorf_int("lz_adamw_new: invalid epsilon value %g", (double)o.eps);
+    if (isnan(o.beta1) || o.beta1 < 0.0f || o.beta1 >= 1.0f)
+        return lz_errorf_int("lz_adamw_new: invalid beta1 %g: must be in [0, 1)", (double)o.beta1);
+    if (isnan(o.beta2) || o.beta2 < 0.0f || o.beta2 >= 1.0f)
+        return lz_errorf_int("lz_adamw_new: invalid beta2 %g: must be in [0, 1)", (double)o.beta2);
+    if (bad_value(o.weight_decay) || o.weight_decay < 0.0f)
+        return lz_errorf_int("lz_adamw_new: invalid weight_decay %g", (double)o.weight_decay);
+    if (o.decoupled != 0 && o.decoupled != 1)
+        return lz_errorf_int("lz_adamw_new: decoupled is %d, expected 0 (Adam) or 1 (AdamW)",
+                             o.decoupled);
+    return 0;
+}
+
+static float floored_log(float beta)
+{
+    double l = beta > 0.0f ? log((double)beta) : LOG_POW_FLOOR;
+    return (float)(l < LOG_POW_FLOOR ? LOG_POW_FLOOR : l);
+}
+
+static int make_state(lz_adamw *opt)
+{
+    for (int i = 0; i < opt->n; i++) {
+        lz_tensor *p = opt->params[i];
+        int64_t shape[LZ_MAX_DIMS];
+        for (int d = 0; d < lz_ndim(p); d++)
+            shape[d] = lz_dim(p, d);
+        /* data zeros, so that step 1 reads data leaves like every later step */
+        opt->m[i] = lz_zeros(LZ_F32, lz_ndim(p), shape);
+        opt->v[i] = lz_zeros(LZ_F32, lz_ndim(p), shape);
+        opt->steps[i] = lz_scalar(0.0f);
+        if (!opt->m[i] || !opt->v[i] || !opt->steps[i])
+            return -1;
+    }
+    return 0;
+}
+
+lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts o)
+{
+    if (n < 0 || (n > 0 && !params))
+        return lz_errorf("lz_adamw_new: %d parameters given with a NULL array", n);
+    for (int i = 0; i < n; i++) {
+        if (!params[i])
+            return lz_errorf("lz_adamw_new: parameter %d is NULL", i);
+        if (lz_tensor_dtype(params[i]) != LZ_F32)
+            return lz_errorf("lz_adamw_new: parameter %d is %s, expected f32", i,
+                             lz_dtype_name(lz_tensor_dtype(params[i])));
+        for (int j = 0; j < i; j++)
+            if (params[j] == params[i])
+                return lz_errorf("lz_adamw_new: parameter %d is parameter %d again", i, j);
+    }
+    if (check_opts(o) != 0)
+        return NULL;
+
+    lz_adamw *opt = calloc(1, sizeof *opt);
+    if (!opt)
+        return lz_errorf("lz_adamw_new: out of memory");
+    opt->n = n;
+    opt->opts = o;
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    opt->params = calloc(cnt, sizeof *opt->params);
+    opt->m = calloc(cnt, sizeof *opt->m);
+    opt->v = calloc(cnt, sizeof *opt->v);
+    opt->steps = calloc(cnt, sizeof *opt->steps);
+    opt->taken = calloc(cnt, sizeof *opt->taken);
+    opt->grouped = calloc(cnt, 1);
+    if (!opt->params || !opt->m || !opt->v || !opt->steps || !opt->taken || !opt->grouped) {
+        lz_adamw_free(opt);
+        return lz_errorf("lz_adamw_new: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        opt->params[i] = params[i];
+
+    /* 1 - beta in double, as torch computes its alpha and value arguments
+       before they are rounded to the parameters' f32 */
+    int failed = !(opt->lr = lz_scalar(o.lr));
+    failed |= !(opt->one = lz_scalar(1.0f));
+    failed |= !(opt->beta1 = lz_scalar(o.beta1));
+    failed |= !(opt->c1 = lz_scalar((float)(1.0 - (double)o.beta1)));
+    failed |= !(opt->beta2 = lz_scalar(o.beta2));
+    failed |= !(opt->c2 = lz_scalar((float)(1.0 - (double)o.beta2)));
+    failed |= !(opt->log_b1 = lz_scalar(floored_log(o.beta1)));
+    failed |= !(opt->log_b2 = lz_scalar(floored_log(o.beta2)));
+    failed |= !(opt->floor_y = lz_scalar((float)LOG_POW_FLOOR));
+    failed |= !(opt->eps = lz_scalar(o.eps));
+    if (o.weight_decay != 0.0f)
+        failed |= !(opt->wd = lz_scalar(o.weight_decay));
+    if (failed || make_state(opt) != 0) {
+        lz_adamw_free(opt);
+        return NULL;
+    }
+    return opt;
+}
+
+void lz_adamw_set_lr(lz_adamw *opt, float lr)
+{
+    if (!opt) {
+        lz_errorf("lz_adamw_set_lr: optimizer is NULL");
+        return;
+    }
+    if (bad_value(lr) || lr < 0.0f) {
+        lz_errorf("lz_adamw_set_lr: invalid learning rate %g (the rate stays %g)", (double)lr,
+                  (double)opt->opts.lr);
+        return;
+    }
+    opt->opts.lr = lr;
+    lz_copy_from_host(opt->lr, &lr, sizeof lr);
+}
+
+void lz_adamw_zero_grad(lz_adamw *opt)
+{
+    if (!opt)
+        return;
+    for (int i = 0; i < opt->n; i++)
+        lz_zero_grad(opt->params[i]);
+}
+
+/* 1 - beta^t as -expm1(t log beta), by Kahan's formula (see the top). */
+static lz_tensor *bias_correction(lz_adamw *opt, lz_tensor *t, lz_tensor *log_beta)
+{
+    lz_tensor *y = lz_maximum(lz_mul(t, log_beta), opt->floor_y);
+    lz_tensor *u = lz_exp(y);
+    return lz_div(lz_mul(lz_sub(opt->one, u), y), lz_log(u));
+}
+
+/* What one group's parameters share at this step. */
+typedef struct group_step {
+    lz_tensor *step_size;        /* lr / (1 - beta1^t) */
+    lz_tensor *bc2_sqrt;         /* sqrt(1 - beta2^t) */
+} group_step;
+
+/* Records the update of parameter i. Temporaries belong to the step's scope. */
+static int step_one(lz_adamw *opt, int i, const group_step *gs, lz_tensor *decay)
+{
+    lz_tensor *p = opt->params[i];
+    lz_tensor *g = lz_grad(p);
+    if (opt->wd && !opt->opts.decoupled)
+        g = lz_add(g, lz_mul(opt->wd, p));
+    if (decay)
+        p = lz_mul(p, decay);
+    lz_tensor *m = lz_add(lz_mul(opt->m[i], opt->beta1), lz_mul(opt->c1, g));
+    lz_tensor *v = lz_add(lz_mul(opt->v[i], opt->beta2), lz_mul(lz_mul(opt->c2, g), g));
+    lz_tensor *denom = lz_add(lz_div(lz_sqrt(v), gs->bc2_sqrt), opt->eps);
+    lz_tensor *np = lz_sub(p, lz_div(lz_mul(gs->step_size, m), denom));
+    if (!np || lz_assign(opt->m[i], m) != 0 || lz_assign(opt->v[i], v) != 0)
+        return -1;
+    return lz_assign(opt->params[i], np);
+}
+
+/* Steps every parameter that has a grad and has taken as many steps as
+   parameter lead: one count update and one set of bias corrections. */
+static int step_group(lz_adamw *opt, int lead, lz_tensor *decay)
+{
+    lz_tensor *t = lz_add(opt->steps[lead], opt->one);
+    group_step gs = {
+        .step_size = lz_div(opt->lr, bias_correction(opt, t, opt->log_b1)),
+        .bc2_sqrt = lz_sqrt(bias_correction(opt, t, opt->log_b2)),
+    };
+    if (!gs.step_size || !gs.bc2_sqrt)
+        return -1;
+    int64_t taken = opt->taken[lead];
+    for (int i = lead; i < opt->n; i++) {
+        if (opt->grouped[i] || opt->taken[i] != taken || !lz_grad(opt->params[i]))
+            continue;
+        opt->grouped[i] = 1;
+        if (step_one(opt, i, &gs, decay) != 0 || lz_assign(opt->steps[i], t) != 0)
+            return -1;
+        opt->taken[i]++;
+    }
+    return 0;
+}
+
+int lz_adamw_step(lz_adamw *opt)
+{
+    if (!opt)
+        return lz_errorf_int("lz_adamw_step: optimizer is NULL");
+    int rc = 0;
+    lz_no_grad_begin();
+    lz_scope_begin();
+    lz_tensor *decay = NULL;
+    if (opt->opts.decoupled && opt->wd) {
+        decay = lz_sub(opt->one, lz_mul(opt->lr, opt->wd));
+        rc = decay ? 0 : -1;
+    }
+    for (int i = 0; i < opt->n; i++)
+        opt->grouped[i] = 0;
+    /* torch skips a parameter without a gradient: its count stays behind */
+    for (int i = 0; i < opt->n && rc == 0; i++)
+        if (!opt->grouped[i] && lz_grad(opt->params[i]))
+            rc = step_group(opt, i, decay);
+    lz_scope_end();
+    lz_no_grad_end();
+    return rc;
+}
+
+/* torch's state names: exp_avg, exp_avg_sq and step, per parameter. The
+   grouping above knows the counts only as recorded by this optimizer: a
+   restored state whose parameters have different counts (some skipped
+   steps) is stepped as if every count equalled the first one's. */
+int lz_adamw_state(lz_adamw *opt, lz_params *into, const char *prefix)
+{
+    if (!opt || !into || !prefix)
+        return lz_errorf_int("lz_adamw_state: NULL argument");
+    static const char *const names[3] = { "exp_avg", "exp_avg_sq", "step" };
+    lz_tensor **per_param[3] = { opt->m, opt->v, opt->steps };
+    char name[512];
+    for (int i = 0; i < opt->n; i++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "%s.%s.%d", prefix, names[k], i);
+            if (!lz_params_add(into, name, lz_retain(per_param[k][i]), 0))
+                return -1;
+        }
+    return 0;
+}

@@ -1,0 +1,95 @@
+/* 2-d convolution (NCHW), as torch.nn.functional.conv2d: stride, padding,
+ * dilation and groups. The op records CONV2D on (x, w); a bias is a
+ * broadcast add of b viewed as [1, O, 1, 1], so its gradient is the add's
+ * ordinary reduction and the compiler may fuse it with what follows. */
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "ops/ops_util.h"
+
+/* iattr layout of CONV2D and its gradients (see core/ir.h). */
+enum { A_SH, A_SW, A_PH, A_PW, A_DH, A_DW, A_GROUPS, N_ATTR };
+
+static int conv_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
+{
+    (void)out;
+    lz_tensor *x = ag->in[0], *w = ag->in[1];
+    if (lz_needs_grad(x)) {
+        lz_tensor *in[2] = {g, w};
+        gin[0] = lz_record(LZ_OP_CONV2D_GRAD_INPUT, LZ_F32, 4, lz_t_shape(x), 2, in, &ag->attrs);
+        if (!gin[0]) return -1;
+    }
+    if (lz_needs_grad(w)) {
+        lz_tensor *in[2] = {x, g};
+        gin[1] = lz_record(LZ_OP_CONV2D_GRAD_WEIGHT, LZ_F32, 4, lz_t_shape(w), 2, in, &ag->attrs);
+        if (!gin[1]) return -1;
+    }
+    return 0;
+}
+
+/* Output extent of one spatial axis, or -1 when the dilated kernel does not
+   fit in the padded input. */
+static int64_t out_extent(int64_t in, int64_t k, int s, int p, int d)
+{
+    int64_t span = (int64_t)d * (k - 1) + 1;
+    if (span > in + 2 * (int64_t)p) return -1;
+    return (in + 2 * (int64_t)p - span) / s + 1;
+}
+
+lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
+{
+    lz_tensor *in[2] = {x, w};
+    if (lz_check_operands("lz_conv2d", 2, in)) return NULL;
+    if (!lz_require_f32("lz_conv2d", x) || !lz_require_f32("lz_conv2d", w)) return NULL;
+    if (b && !lz_require_f32("lz_conv2d", b)) return NULL;
+    char sx[96], sw[96], sb[96];
+    lz_shape_str(sx, lz_t_ndim(x), lz_t_shape(x));
+    lz_shape_str(sw, lz_t_ndim(w), lz_t_shape(w));
+    if (lz_t_ndim(x) != 4 || lz_t_ndim(w) != 4)
+        return lz_errorf("lz_conv2d: input %s and weight %s: both must be 4-d "
+                         "(input [N, C, H, W], weight [O, C/groups, KH, KW])", sx, sw);
+    int sh = o.stride[0] ? o.stride[0] : 1, swd = o.stride[1] ? o.stride[1] : 1;
+    int dh = o.dilation[0] ? o.dilation[0] : 1, dw = o.dilation[1] ? o.dilation[1] : 1;
+    int groups = o.groups ? o.groups : 1;
+    if (sh < 0 || swd < 0 || dh < 0 || dw < 0 || o.padding[0] < 0 || o.padding[1] < 0 || groups < 0)
+        return lz_errorf("lz_conv2d: negative stride (%d, %d), padding (%d, %d), dilation "
+                         "(%d, %d) or groups %d", o.stride[0], o.stride[1], o.padding[0],
+                         o.padding[1], o.dilation[0], o.dilation[1], o.groups);
+    const int64_t *xs = lz_t_shape(x), *ws = lz_t_shape(w);
+    int64_t C = xs[1], O = ws[0];
+    if (C % groups || O % groups)
+        return lz_errorf("lz_conv2d: input %s and weight %s: %d groups must divide both the "
+                         "input channels (%lld) and the output channels (%lld)",
+                         sx, sw, groups, (long long)C, (long long)O);
+    if (ws[1] * groups != C)
+        return lz_errorf("lz_conv2d: input %s and weight %s: channel mismatch: the weight "
+                         "takes %lld input channels per group x %d groups = %lld, the input "
+                         "has %lld", sx, sw, (long long)ws[1], groups,
+                         (long long)(ws[1] * groups), (long long)C);
+    if (ws[2] < 1 || ws[3] < 1)
+        return lz_errorf("lz_conv2d: weight %s has an empty kernel", sw);
+    int64_t oh = out_extent(xs[2], ws[2], sh, o.padding[0], dh);
+    int64_t ow = out_extent(xs[3], ws[3], swd, o.padding[1], dw);
+    if (oh < 0 || ow < 0)
+        return lz_errorf("lz_conv2d: input %s and weight %s: the kernel (%lld x %lld, "
+                         "dilation %d x %d) is larger than the padded input (%lld x %lld, "
+                         "padding %d x %d)", sx, sw,
+                         (long long)((ws[2] - 1) * dh + 1), (long long)((ws[3] - 1) * dw + 1),
+                         dh, dw, (long long)(xs[2] + 2 * o.padding[0]),
+                         (long long)(xs[3] + 2 * o.padding[1]), o.padding[0], o.padding[1]);
+    if (b && (lz_t_ndim(b) != 1 || lz_t_shape(b)[0] != O))
+        return lz_errorf("lz_conv2d: bias %s does not match the weight %s: expected [%lld]",
+                         lz_shape_str(sb, lz_t_ndim(b), lz_t_shape(b)), sw, (long long)O);
+
+    lz_attrs at = {.n_iattr = N_ATTR,
+                   .iattr = {sh, swd, o.padding[0], o.padding[1], dh, dw, groups}};
+    int64_t shape[4] = {xs[0], O, oh, ow};
+    lz_tensor *y = lz_record(LZ_OP_CONV2D, LZ_F32, 4, shape, 2, in, &at);
+    lz_ag_attach(y, "lz_conv2d", conv_backward, 2, in, &at);
+    if (!y || !b) return y;
+    int64_t bs[4] = {1, O, 1, 1};
+    lz_tensor *b4 = lz_reshape(b, 4, bs);
+    lz_tensor *r = b4 ? lz_add(y, b4) : NULL;
+    lz_free(b4);
+    lz_free(y);
+    return r;
+}

@@ -1,0 +1,20 @@
+/* Helpers shared by the composed neural-network ops (layer norm, attention,
+ * dropout). */
+#ifndef LZ_OPS_NN_INTERNAL_H
+#define LZ_OPS_NN_INTERNAL_H
+
+#include "core/tensor.h"
+
+/* A 0-d f32 data tensor holding value, owned by the library and shared by
+   every caller asking for the same value (borrowed: do not free). A
+   hyperparameter such as layer norm's eps is data, not a baked constant,
+   and a shared tensor costs no transfer per call and binds to a capture
+   as state that stays alive. NULL + error if it cannot be made. */
+lz_tensor *lz_nn_const_scalar(float value);
+
+/* A new handle on x's node (no IR recorded) whose gradient passes straight
+   to x. Unlike lz_retain it is a distinct tensor, so a scope that made x
+   and the caller of the op can each drop their own handle. */
+lz_tensor *lz_nn_alias(const char *name, lz_tensor *x);
+
+#endif

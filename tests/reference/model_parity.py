@@ -1,0 +1,404 @@
+#!/usr/bin/python3
+"""Model parity with PyTorch for the zoo's ten models at smoke size.
+
+    model_parity.py write NAME OUTDIR
+        writes, for one model, the files the C side reads:
+          OUTDIR/weights.safetensors       every state_dict entry (f32, i64)
+          OUTDIR/inputs.safetensors        x (images f32 / tokens i64), y (i64)
+          OUTDIR/expected.safetensors      loss and every parameter's gradient
+          OUTDIR/expected_sgd.safetensors  the state_dict after 3 SGD steps
+    model_parity.py compare EXPECTED GOT [--skip SUFFIX]
+        compares two safetensors files tensor by tensor
+    model_parity.py run --lazyc BIN --test-models BIN [--models a,b,...] [--keep DIR]
+        the ctest driver (tests/test_model_parity.sh): for each model, write
+        the files into a temporary folder, run
+          lazyc grads --model NAME --size smoke --weights W --inputs I --out G
+        and compare the loss and every gradient, then run
+          test_models sgd NAME W I S 3
+        (3 SGD steps, the last two captured) and compare every parameter and
+        running statistic. Prints one line per model and names the worst
+        tensor of any failure; exits 1 if a model fails.
+
+The reference is the PyTorch definition of each model (torchvision 0.14;
+BERT from bert_ref.py), initialised by torch from a per-model seed, with
+every all-zero float parameter (ViT's zero-initialised head and class
+token, VGG's zero biases) given small random values so every gradient path
+carries signal. The weights are written in f32; the expected values are
+computed in float64 from those exact f32 weights (model.double()), in train
+mode (batch statistics) with dropout disabled (bert_ref.disable_dropout:
+nn.Dropout modules and nn.MultiheadAttention's own dropout), and rounded to
+f32. SGD: lr 0.01, momentum 0.9, the same batch each step.
+
+Tolerance: 1e-4 relative per tensor, max |got - ref| / max |ref| (the
+absolute error when the reference is all zeros); the loss relative to its
+own value. num_batches_tracked buffers are not compared after SGD (lazyc
+need not count batches).
+
+Batch-norm models (resnet*, resnext, mobilenet_v2, mnasnet1_0) in train mode
+over a batch of 2 are ill-conditioned: PyTorch's own f32 run differs from
+its f64 one by up to several hundred percent on some gradients (a BN bias
+whose exact gradient is 0, the last bottlenecks of resnet50), and three SGD
+steps compound it. For those models each tensor's tolerance is the larger
+of 1e-4 and 30x PyTorch's own f32 error on it (measured here, one thread),
+and the printed line says which tolerance applied. Their gradients are also
+checked with batch norm in eval mode (test_models grads ... eval), where
+they are well conditioned, at the strict 1e-4.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bert_ref  # noqa: E402
+from write_safetensors import load_file, save_file  # noqa: E402
+
+MODELS = ["resnet50", "resnet18", "BERT_pytorch", "resnext50_32x4d", "alexnet",
+          "mobilenet_v2", "mnasnet1_0", "vgg16", "timm_vision_transformer", "squeezenet1_1"]
+SMOKE_CLASSES = 10
+TOL = 1e-4
+MARGIN = 30.0   # times PyTorch's own f32 error, where that is measured and larger
+SGD_STEPS, LR, MOMENTUM = 3, 0.01, 0.9
+
+
+def make_model(name):
+    """The smoke-size PyTorch definition of a zoo model (f32)."""
+    if name == "BERT_pytorch":
+        return bert_ref.make_bert(2)
+    if name == "timm_vision_transformer":
+        from torchvision.models.vision_transformer import VisionTransformer
+        return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=6,
+                                 hidden_dim=384, mlp_dim=1536, num_classes=SMOKE_CLASSES)
+    return getattr(torchvision.models, name)(num_classes=SMOKE_CLASSES)
+
+
+def make_case(name):
+    """(model, x, y): seeded weights and batch for one model."""
+    seed = zlib.crc32(name.encode())
+    torch.manual_seed(seed)
+    model = make_model(name)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point() and not p.any():
+                p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+    if name == "BERT_pytorch":
+        x = torch.randint(0, bert_ref.VOCAB, (2, 16), generator=gen)
+        y = torch.randint(0, bert_ref.VOCAB, (2, 16), generator=gen)
+    else:
+        side = 32 if name == "timm_vision_transformer" else 64
+        x = torch.rand((2, 3, side, side), generator=gen) * 2 - 1
+        y = torch.randint(0, SMOKE_CLASSES, (2,), generator=gen)
+    return model, x, y
+
+
+def loss_of(model, x, y):
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def as_f32(t):
+    """A copy (never a view: gradients and parameters change in place)."""
+    return t.detach().to(torch.float32 if t.is_floating_point() else t.dtype, copy=True).contiguous()
+
+
+def has_batch_norm(model):
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def trajectory(model, x, y, dtype=torch.float64):
+    """A reference run (on model itself): (expected, state, losses): loss
+    and gradients of the first step, the state_dict after SGD_STEPS steps.
+    The gradients are those of the first SGD step: one pass serves both."""
+    bert_ref.disable_dropout(model.to(dtype)).train()
+    xd = x.to(dtype) if x.is_floating_point() else x
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    losses, expected = [], None
+    for step in range(SGD_STEPS):
+        opt.zero_grad()
+        loss = loss_of(model, xd, y)
+        loss.backward()
+        if step == 0:
+            expected = {"loss": as_f32(loss)}
+            for n, p in model.named_parameters():
+                expected[n] = as_f32(p.grad)
+        opt.step()
+        losses.append(float(loss))
+    return expected, {k: as_f32(v) for k, v in model.state_dict().items()}, losses
+
+
+def relu_margin(model, x):
+    """The smallest |input| of any ReLU/ReLU6 kink over the largest |input|
+    of its layer, in one forward pass: how far the batch keeps every unit
+    from a point where f32 rounding could flip its gradient on or off."""
+    margins = []
+
+    def pre(mod, inp):
+        v = inp[0].detach().abs()
+        top = v.max().item()
+        if top > 0:
+            near = v.min().item()
+            if isinstance(mod, nn.ReLU6):
+                near = min(near, (inp[0].detach() - 6).abs().min().item())
+            margins.append(near / top)
+
+    hooks = [m.register_forward_pre_hook(pre) for m in model.modules()
+             if isinstance(m, (nn.ReLU, nn.ReLU6))]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    return min(margins) if margins else 1.0
+
+
+def eval_batch(model, name, shape, candidates=4):
+    """Of a few deterministic batches, the one with the largest ReLU margin.
+    A deep ReLU network always has some unit within a rounding step of its
+    kink for some batch; there one f32 rounding turns a unit's gradient on
+    or off (a 1e-2 change in one block of resnet50 for the first batch
+    tried), which says nothing about the code. Returns (x, margin)."""
+    best = None
+    for k in range(candidates):
+        gen = torch.Generator().manual_seed(zlib.crc32(name.encode()) + 1000 + k)
+        x = torch.rand(shape, generator=gen) * 2 - 1
+        m = relu_margin(model, x.double())
+        if best is None or m > best[1]:
+            best = (x, m)
+    return best
+
+
+def write_case(name, outdir):
+    """Writes the case files; returns the reference's losses over the SGD
+    steps and PyTorch's own f32 errors (empty when not measured)."""
+    os.makedirs(outdir, exist_ok=True)
+    model, x, y = make_case(name)
+    save_file({k: as_f32(v) for k, v in model.state_dict().items()},
+              os.path.join(outdir, "weights.safetensors"))
+    save_file({"x": x, "y": y}, os.path.join(outdir, "inputs.safetensors"))
+    bn = has_batch_norm(model)
+    expected, state, losses = trajectory(model, x, y)
+    del model
+    save_file(expected, os.path.join(outdir, "expected.safetensors"))
+    save_file(state, os.path.join(outdir, "expected_sgd.safetensors"))
+    f32 = {"grads": {}, "sgd": {}}
+    if bn:
+        # Train-mode batch norm over a batch of 2 is ill-conditioned: f32
+        # rounding alone moves some gradients by percents, and three SGD
+        # steps compound it. PyTorch's own f32 run (one thread, so it is
+        # reproducible) measures what f32 arithmetic allows per tensor.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        e2, s2, _ = trajectory(make_case(name)[0], x, y, torch.float32)
+        torch.set_num_threads(threads)
+        f32["grads"] = {k: rel_err(e2[k], v) for k, v in expected.items() if k != "loss"}
+        f32["sgd"] = {k: rel_err(s2[k], v) for k, v in state.items() if v.is_floating_point()}
+        # In eval mode the same models are well conditioned (PyTorch's f32
+        # is within about 1e-6): their gradients are also checked that way,
+        # at the strict tolerance, on the batch whose ReLU inputs stay
+        # farthest from the kink (see eval_batch).
+        model = bert_ref.disable_dropout(make_case(name)[0].double()).eval()
+        xe, margin = eval_batch(model, name, x.shape)
+        save_file({"x": xe, "y": y}, os.path.join(outdir, "inputs_eval.safetensors"))
+        loss = loss_of(model, xe.double(), y)
+        loss.backward()
+        expected = {"loss": as_f32(loss)}
+        for n, p in model.named_parameters():
+            expected[n] = as_f32(p.grad)
+        save_file(expected, os.path.join(outdir, "expected_eval.safetensors"))
+        f32["eval_relu_margin"] = margin
+    with open(os.path.join(outdir, "torch_f32_error.json"), "w") as f:
+        json.dump(f32, f)
+    return losses, f32
+
+
+def rel_err(got, ref):
+    ref = ref.double()
+    diff = (got.double() - ref).abs().max().item() if ref.numel() else 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def tolerance(name, sens):
+    return max(TOL, MARGIN * sens.get(name, 0.0))
+
+
+def compare(expected_path, got_path, skip_suffix=None, sens=None):
+    """Checks every tensor of expected against got. Returns (worst, largest,
+    problems): worst = (error, tolerance, name) of the tensor closest to
+    failing (the largest error / tolerance), largest = the same for the
+    largest error; problems lists missing, extra, mis-shaped and failing
+    tensors, worst first."""
+    sens = sens or {}
+    ref, _ = load_file(expected_path)
+    got, _ = load_file(got_path)
+    problems, fails, worst, largest = [], [], (0.0, TOL, None), (0.0, TOL, None)
+    for name, r in ref.items():
+        if skip_suffix and name.endswith(skip_suffix):
+            continue
+        g = got.get(name)
+        if g is None:
+            problems.append(f"{name} missing")
+            continue
+        if tuple(g.shape) != tuple(r.shape):
+            problems.append(f"{name} has shape {list(g.shape)}, expected {list(r.shape)}")
+            continue
+        if name == "loss":
+            e = abs(float(g) - float(r)) / max(abs(float(r)), 1e-30)
+        else:
+            e = rel_err(g, r)
+        tol = tolerance(name, sens)
+        if not e <= tol:            # NaN fails too
+            fails.append((e / tol if e == e else float("inf"), e, tol, name))
+        if worst[2] is None or not e / tol <= worst[0] / worst[1]:
+            worst = (e, tol, name)
+        if largest[2] is None or not e <= largest[0]:
+            largest = (e, tol, name)
+    for name in got:
+        if name not in ref and not (skip_suffix and name.endswith(skip_suffix)):
+            problems.append(f"{name} unexpected")
+    fails.sort(reverse=True)
+    problems += [f"{n} differs by {e:.3e} (tolerance {t:.1e})" for _, e, t, n in fails]
+    return worst, largest, problems
+
+
+def describe(worst, largest):
+    def one(t):
+        e, tol, name = t
+        why = f" = {MARGIN:g}x PyTorch's own f32 error" if tol > TOL else ""
+        return f"{e:.1e} at {name} (tolerance {tol:.1e}{why})"
+    text = "largest " + one(largest)
+    if worst[2] != largest[2]:
+        text += ", nearest its tolerance " + one(worst)
+    return text
+
+
+def run_cmd(cmd):
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return p.returncode, p.stdout, time.time() - t0
+
+
+def check_model(name, args, tmp):
+    """One line of results; returns (ok, line)."""
+    t0 = time.time()
+    ref_losses, sens = write_case(name, tmp)
+    t_ref = time.time() - t0
+    w, i = os.path.join(tmp, "weights.safetensors"), os.path.join(tmp, "inputs.safetensors")
+    g, s = os.path.join(tmp, "grads.safetensors"), os.path.join(tmp, "sgd.safetensors")
+    fails, parts = [], []
+
+    rc, out, t_grads = run_cmd([args.lazyc, "grads", "--model", name, "--size", "smoke",
+                                "--weights", w, "--inputs", i, "--out", g])
+    if rc != 0:
+        fails.append(f"lazyc grads exited {rc}:\n{out[-2000:]}")
+    else:
+        worst, largest, problems = compare(os.path.join(tmp, "expected.safetensors"), g,
+                                           sens=sens["grads"])
+        got, _ = load_file(g)
+        if "loss" in got:
+            parts.append(f"loss {float(got['loss']):.6f} (torch {ref_losses[0]:.6f})")
+        parts.append("grads: " + describe(worst, largest))
+        if problems:
+            fails.append("grads: " + "; ".join(problems[:6]))
+
+    expected_eval = os.path.join(tmp, "expected_eval.safetensors")
+    if os.path.exists(expected_eval):
+        ge = os.path.join(tmp, "grads_eval.safetensors")
+        ie = os.path.join(tmp, "inputs_eval.safetensors")
+        rc, out, _ = run_cmd([args.test_models, "grads", name, w, ie, ge, "eval"])
+        if rc != 0:
+            fails.append(f"test_models grads (eval) exited {rc}:\n{out[-2000:]}")
+        else:
+            worst, largest, problems = compare(expected_eval, ge)
+            parts.append("grads with eval-mode batch norm: " + describe(worst, largest) +
+                         f" [ReLU margin {sens.get('eval_relu_margin', 0):.1e}]")
+            if problems:
+                fails.append("grads with eval-mode batch norm: " + "; ".join(problems[:6]))
+
+    rc, out, t_sgd = run_cmd([args.test_models, "sgd", name, w, i, s, str(SGD_STEPS)])
+    if rc != 0:
+        fails.append(f"test_models sgd exited {rc}:\n{out[-2000:]}")
+    else:
+        worst, largest, problems = compare(os.path.join(tmp, "expected_sgd.safetensors"), s,
+                                           skip_suffix="num_batches_tracked", sens=sens["sgd"])
+        parts.append(f"{SGD_STEPS} SGD steps: " + describe(worst, largest))
+        if problems:
+            fails.append(f"after {SGD_STEPS} SGD steps: " + "; ".join(problems[:6]) +
+                         f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
+                         " ".join(out.split()))
+    line = (f"{name} [torch {t_ref:.0f} s, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
+            "".join("\n    " + p for p in parts))
+    return not fails, line + "".join("\n    FAILED: " + f for f in fails)
+
+
+def main_run(argv):
+    ap = argparse.ArgumentParser(prog="model_parity.py run")
+    ap.add_argument("--lazyc", required=True)
+    ap.add_argument("--test-models", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--keep", help="write each model's files under this folder and keep them")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("LZ_TORCH_THREADS", "2")))
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        print(f"unknown models: {unknown}; known: {MODELS}", file=sys.stderr)
+        return 2
+    failed = []
+    t0 = time.time()
+    for name in names:
+        tmp = os.path.join(args.keep, name) if args.keep else tempfile.mkdtemp(prefix=f"lz_parity_{name}_")
+        try:
+            ok, line = check_model(name, args, tmp)
+        finally:
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
+        print(line, flush=True)
+        if not ok:
+            failed.append(name)
+    print(f"model parity: {len(names) - len(failed)}/{len(names)} models match PyTorch "
+          f"({time.time() - t0:.0f} s)" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "write":
+        torch.set_num_threads(int(os.environ.get("LZ_TORCH_THREADS", "2")))
+        losses, sens = write_case(sys.argv[2], sys.argv[3])
+        print(f"{sys.argv[2]}: torch losses over {SGD_STEPS} SGD steps {losses}")
+        for kind, d in sens.items():
+            if isinstance(d, dict) and d:
+                k = max(d, key=d.get)
+                print(f"  largest PyTorch f32 error, {kind}: {k} {d[k]:.2e}")
+        return 0
+    if len(sys.argv) >= 4 and sys.argv[1] == "compare":
+        skip = sys.argv[5] if len(sys.argv) >= 6 and sys.argv[4] == "--skip" else None
+        sens_path = os.path.join(os.path.dirname(sys.argv[2]), "torch_f32_error.json")
+        sens = {}
+        if os.path.exists(sens_path):
+            with open(sens_path) as f:
+                sens = json.load(f)["sgd" if "sgd" in os.path.basename(sys.argv[2]) else "grads"]
+        worst, largest, problems = compare(sys.argv[2], sys.argv[3], skip, sens)
+        for p in problems:
+            print(p)
+        print(describe(worst, largest))
+        return 0 if not problems else 1
+    if len(sys.argv) >= 2 and sys.argv[1] == "run":
+        return main_run(sys.argv[2:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `lazyc bench`: one small run with --json must print one JSON object on
+# stdout with issue 5's keys, captured mode must run one execution per step
+# with no compile after warm-up, the output folder must get its four files,
+# and bad options must exit 2. With CI=true the PyTorch column must be
+# filled (the reference is installed there).
+# usage: test_bench_cli.sh LAZYC
+set -uo pipefail
+lazyc=$1
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$lazyc" bench --size smoke --models resnet18 --steps 2 --json --out "$tmp/out" \
+  > "$tmp/stdout" 2> "$tmp/stderr"
+rc=$?
+if [ $rc -ne 0 ]; then
+  cat "$tmp/stderr"
+  fail "lazyc bench exited $rc"
+fi
+
+CI="${CI:-}" "$py" - "$tmp/stdout" <<'EOF' || { cat "$tmp/stderr"; cat "$tmp/stdout"; exit 1; }
+import json, math, os, sys
+with open(sys.argv[1]) as f:
+    obj = json.load(f)           # stdout must be exactly one JSON object
+problems = []
+if obj.get("size") != "smoke":
+    problems.append(f"size is {obj.get('size')!r}")
+if not (isinstance(obj.get("peak_gflops"), (int, float)) and obj["peak_gflops"] > 0):
+    problems.append(f"peak_gflops is {obj.get('peak_gflops')!r}")
+rows = obj.get("rows")
+if not isinstance(rows, list) or len(rows) != 1:
+    problems.append(f"rows is {rows!r}")
+    rows = []
+keys = ("model", "torch_ms", "eager_ms", "lazy_ms", "captured_ms", "executions_per_step",
+        "compiles", "gflops", "peak_bytes")
+for r in rows:
+    missing = [k for k in keys if k not in r]
+    if missing:
+        problems.append(f"row lacks {missing}")
+        continue
+    if r["model"] != "resnet18":
+        problems.append(f"model is {r['model']!r}")
+    for k in ("eager_ms", "lazy_ms", "captured_ms"):
+        if not (isinstance(r[k], (int, float)) and r[k] > 0 and math.isfinite(r[k])):
+            problems.append(f"{k} is {r[k]!r}")
+    if r["executions_per_step"] != 1:
+        problems.append(f"captured executions_per_step is {r['executions_per_step']!r}, not 1")
+    if r["compiles"] != 0:
+        problems.append(f"captured mode compiled {r['compiles']!r} times in its timed steps")
+    if not (isinstance(r["peak_bytes"], int) and r["peak_bytes"] > 0):
+        problems.append(f"peak_bytes is {r['peak_bytes']!r}")
+    if not (isinstance(r["gflops"], (int, float)) and r["gflops"] > 0):
+        problems.append(f"gflops is {r['gflops']!r}")
+    torch = r["torch_ms"]
+    if torch is None:
+        if os.environ.get("CI") == "true":
+            problems.append("torch_ms is null, and CI=true requires the PyTorch reference")
+        else:
+            print("note: torch_ms is null (no PyTorch here)")
+    elif not (isinstance(torch, (int, float)) and torch > 0):
+        problems.append(f"torch_ms is {torch!r}")
+if problems:
+    print("FAIL: " + "; ".join(problems))
+    sys.exit(1)
+print("json ok:", json.dumps(rows[0]))
+EOF
+
+for f in bench.csv bench.md bench.json bench.svg; do
+  [ -s "$tmp/out/$f" ] || fail "--out folder lacks $f"
+done
+grep -q '^resnet18,' "$tmp/out/bench.csv" || fail "bench.csv has no resnet18 row"
+grep -q '^geometric_mean,' "$tmp/out/bench.csv" || fail "bench.csv has no geometric-mean row"
+grep -q '<svg' "$tmp/out/bench.svg" || fail "bench.svg is not SVG"
+
+# usage errors: exit status 2, a message on stderr, nothing run
+for args in "--size huge" "--steps 0" "--steps" "--warmup -1" "--models nosuchmodel" \
+            "--modes eager,warp" "--bogus" "--models ,"; do
+  # shellcheck disable=SC2086
+  "$lazyc" bench $args --out "$tmp/bad" > "$tmp/bad.out" 2> "$tmp/bad.err"
+  rc=$?
+  [ $rc -eq 2 ] || fail "lazyc bench $args exited $rc, not 2"
+  [ -s "$tmp/bad.err" ] || fail "lazyc bench $args printed no message"
+  [ ! -e "$tmp/bad" ] || fail "lazyc bench $args wrote output anyway"
+done
+echo "test_bench_cli: ok"

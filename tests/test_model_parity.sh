@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Model parity with PyTorch (issue 4): for each of the ten zoo models at
+# smoke size, tests/reference/model_parity.py writes weights, a batch and
+# PyTorch's float64 loss, gradients and parameters after 3 SGD steps; the
+# loss and every gradient from `lazyc grads`, and every parameter after 3
+# SGD steps from `test_models sgd` (captured), must match within 1e-4
+# relative per tensor. A failure names the model and its worst tensor.
+#
+#   test_model_parity.sh BUILD_DIR [MODEL,MODEL,...]
+#
+# Without PyTorch the test is skipped (exit 77, ctest's SKIP_RETURN_CODE),
+# except under CI=true, where a missing torch is a failure.
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:?usage: test_model_parity.sh BUILD_DIR [MODELS]}"
+py="${LZ_TORCH_PYTHON:-/usr/bin/python3}"
+
+if ! "$py" -c 'import torch, torchvision' >/dev/null 2>&1; then
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAILED: PyTorch/torchvision are not importable by $py, and CI=true requires the reference" >&2
+        echo "        (install python3-torch python3-torchvision: scripts/setup.sh)" >&2
+        exit 1
+    fi
+    echo "************************************************************************"
+    echo "SKIPPED: test_model_parity: PyTorch/torchvision are not importable by $py;"
+    echo "SKIPPED: the ten models are NOT checked against PyTorch"
+    echo "SKIPPED: (install python3-torch python3-torchvision: scripts/setup.sh)"
+    echo "************************************************************************"
+    exit 77
+fi
+for bin in "$build/lazyc" "$build/test_models"; do
+    if [ ! -x "$bin" ]; then
+        echo "FAILED: $bin is not built" >&2
+        exit 1
+    fi
+done
+models=()
+[ $# -ge 2 ] && models=(--models "$2")
+exec "$py" "$here/reference/model_parity.py" run --lazyc "$build/lazyc" \
+    --test-models "$build/test_models" "${models[@]}"

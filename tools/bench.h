@@ -1,0 +1,84 @@
+/* `lazyc bench`: shared types of its parts. cmd_bench.c parses options and
+ * runs the models; bench_timing.c times lazyc's three modes of one model,
+ * bench_torch.c runs the PyTorch reference (bench/torch_reference.py),
+ * bench_peak.c measures the fp32 peak, bench_report.c writes the table,
+ * CSV, markdown and JSON, bench_svg.c the bar chart. */
+#ifndef LZ_BENCH_H
+#define LZ_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zoo.h"
+
+typedef enum { BENCH_EAGER, BENCH_LAZY, BENCH_CAPTURED, BENCH_TORCH, BENCH_MODES } bench_mode;
+extern const char *const bench_mode_names[BENCH_MODES];
+
+typedef struct bench_opts {
+    const char *size;             /* "smoke" or "bench" */
+    const char *const *models;    /* NULL-terminated */
+    int mode_on[BENCH_MODES];
+    long steps, warmup;
+    const char *out_dir;
+    int json;
+} bench_opts;
+
+/* One lazyc mode of one model; ms < 0 when it did not run. */
+typedef struct bench_mode_result {
+    double ms;                    /* median step: first op to lz_wait done */
+    double executions_per_step;   /* metrics deltas over the timed steps */
+    int64_t compiles;
+    double flops_per_step;        /* compiler-counted conv/matmul FLOPs */
+    int64_t peak_bytes;           /* the instance's memory at its step's peak */
+    float loss;                   /* last timed step's loss */
+} bench_mode_result;
+
+typedef struct bench_row {
+    char model[64];
+    int64_t params;               /* trainable elements */
+    bench_mode_result mode[3];    /* eager, lazy, captured */
+    double torch_ms;              /* < 0: not measured */
+    int64_t torch_peak_bytes;     /* < 0: not measured */
+    char note[160];               /* why something is missing, or "" */
+} bench_row;
+
+typedef struct bench_table {
+    const char *size;
+    double peak_gflops;           /* <= 0: not measured */
+    int mode_on[BENCH_MODES];
+    long steps, warmup;
+    int n;
+    bench_row *rows;
+} bench_table;
+
+/* Times the enabled lazyc modes of one model: instances built from the same
+   seed, warm-up steps per mode (captured: at least 2, the calls that trace),
+   then o->steps repetitions interleaved eager, lazy, captured, eager...
+   *spec gets the model's spec. Progress on stderr. 0; 1 when a mode failed
+   (its ms < 0, row->note says why); -1 when the model cannot be built
+   (row->note says why). */
+int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_model_spec *spec);
+
+/* Runs the PyTorch reference for the model described by spec. *available
+   starts at 1 and drops to 0 (with one note on stderr) when the reference
+   cannot run at all (no python, no torch, no script), so later models skip
+   it. Fills row->torch_ms and row->torch_peak_bytes, or leaves them < 0 and
+   sets row->note. */
+void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row *row,
+                       int *available);
+
+/* fp32 peak in GFLOP/s: the best of a few large dnnl_sgemm calls on the
+   cores this process may use. <= 0 when it cannot be measured. */
+double bench_peak_gflops(void);
+
+/* Derived figures of a row; NAN when an input is missing. */
+double bench_gflops(const bench_row *r);
+double bench_ratio(double num_ms, double den_ms);   /* den/num: speedup of num */
+
+void bench_print_table(FILE *f, const bench_table *t);
+int  bench_write_csv(const char *path, const bench_table *t);
+int  bench_write_markdown(const char *path, const bench_table *t);
+void bench_print_json(FILE *f, const bench_table *t);
+int  bench_write_svg(const char *path, const bench_table *t);
+
+#endif
