@@ -17,12 +17,18 @@ threads; warm-up steps first, then the median of the timed steps.
 
 Prints exactly one JSON line on stdout:
 
-    {"model": M, "torch_ms": F, "steps_ms": [F, ...], "peak_bytes": N, "params": N}
+    {"model": M, "torch_ms": F, "steps_ms": [F, ...], "peak_bytes": N, "params": N,
+     "blas": PATH, "blas_gflops": F}
 
 peak_bytes is the resident-set growth of the training: VmHWM after the
 last step minus VmRSS before the model was built (the high-water mark is
 reset first through /proc/self/clear_refs when the kernel allows it), so it
 counts parameters, gradients, momentum, activations and allocator slack.
+blas is the BLAS library torch's matmuls reached (from /proc/self/maps) and
+blas_gflops its speed on a 512^3 sgemm, measured after the steps: Debian's
+torch takes whatever libblas.so.3 the alternatives system names, and
+without libopenblas0 that is the reference BLAS, which slows PyTorch's
+linear layers (BERT, ViT, the alexnet/vgg classifiers) 20-60x.
 When torch or torchvision cannot be imported the line is
 {"model": M, "unavailable": REASON}; on any other failure
 {"model": M, "error": REASON}. Progress goes to stderr. Exit status 0
@@ -66,6 +72,28 @@ def reset_hwm():
             f.write("5")
     except OSError:
         pass
+
+
+def blas_probe(torch):
+    """Which BLAS torch's matmuls reached, and its speed on a 512^3 sgemm.
+
+    Debian's torch calls the system libblas.so.3, which is whatever the
+    alternatives system points at: OpenBLAS when libopenblas0 is installed,
+    else the reference BLAS (about 6 GFLOP/s here, 20-60x slower), which
+    cripples PyTorch's linear layers but not its convolutions (oneDNN)."""
+    path = ""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            name = line.split()[-1] if len(line.split()) >= 6 else ""
+            if "blas" in os.path.basename(name):
+                path = name
+                break
+    a, b = torch.rand(512, 512), torch.rand(512, 512)
+    torch.mm(a, b)
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    dt = time.perf_counter() - t0
+    return path, 2 * 512 ** 3 / dt / 1e9
 
 
 def shape_arg(text):
@@ -141,8 +169,9 @@ def run(args):
     ordered = sorted(times)
     n = len(ordered)
     median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    blas, blas_gflops = blas_probe(torch)
     return {"model": args.model, "torch_ms": median, "steps_ms": times, "peak_bytes": peak,
-            "params": sum(p.numel() for p in params)}
+            "params": sum(p.numel() for p in params), "blas": blas, "blas_gflops": blas_gflops}
 
 
 def main():

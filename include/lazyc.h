@@ -342,6 +342,9 @@ char      *lz_metrics_report(void);               /* text; caller frees */
 /* ---- errors ---------------------------------------------------------- */
 
 const char *lz_last_error(void);                   /* NULL when none */
+/* Sets the error message (printf-style), for code built on the API (model
+   zoos, step functions) that finds a problem of its own. */
+void        lz_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void        lz_clear_error(void);
 
 #ifdef __cplusplus

@@ -42,7 +42,7 @@ static void alexnet_free(void *impl) { free(impl); }
 int lz_zoo_build_alexnet(lz_model *m, const char *name, int bench_size, uint64_t seed)
 {
     if (strcmp(name, "alexnet") != 0) {
-        lz_zoo_set_error("lz_zoo_build_alexnet: unknown variant \"%s\"", name);
+        lz_set_error("lz_zoo_build_alexnet: unknown variant \"%s\"", name);
         return -1;
     }
     int64_t classes = bench_size ? 1000 : 10;

@@ -49,7 +49,7 @@ static lz_tensor *bert_forward(lz_model *m, lz_tensor *tokens, int training)
     const lz_params *p = m->params;
     if (!tokens) return NULL;
     if (lz_ndim(tokens) != 2 || lz_dim(tokens, 1) > b->max_len) {
-        lz_zoo_set_error("%s: input must be [B, S] token ids with S <= %lld", m->spec.name,
+        lz_set_error("%s: input must be [B, S] token ids with S <= %lld", m->spec.name,
                          (long long)b->max_len);
         return NULL;
     }

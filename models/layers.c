@@ -9,21 +9,6 @@
 #define PREFIX_LEN 256
 #define NAME_MAX_LEN (PREFIX_LEN + 32)
 
-/* The public header has no call that sets an error message; the library's
-   own setter is exported, so model code reaches it through this one
-   declaration (to be replaced by a public setter if the API gains one). */
-void *lz_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-void lz_zoo_set_error(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    lz_errorf("%s", msg);
-}
-
 void lz_layer_ctx_init(lz_layer_ctx *c, lz_params *p, uint64_t seed)
 {
     c->params = p;

@@ -96,10 +96,6 @@ lz_tensor *lz_act_forward(lz_tensor *x, lz_act act);
 lz_tensor *lz_linear_forward(const lz_linear_layer *l, lz_tensor *x);
 lz_tensor *lz_ln_forward(const lz_ln_layer *l, lz_tensor *x);
 
-/* Sets the thread's error message (what lz_last_error returns), for
-   model code that finds a problem itself, e.g. an unknown variant. */
-void lz_zoo_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* Frees a and returns b: for chains that replace an intermediate
    (x = lz_layer_then(x, lz_relu(x)) drops the old x after using it). */
 static inline lz_tensor *lz_layer_then(lz_tensor *old, lz_tensor *next)

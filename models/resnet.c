@@ -72,7 +72,7 @@ int lz_zoo_build_resnet(lz_model *m, const char *name, int bench_size, uint64_t 
     } else if (!strcmp(name, "resnext50_32x4d")) {
         layers = depth50; bottleneck = 1; groups = 32; width_per_group = 4;
     } else {
-        lz_zoo_set_error("lz_zoo_build_resnet: unknown variant \"%s\"", name);
+        lz_set_error("lz_zoo_build_resnet: unknown variant \"%s\"", name);
         return -1;
     }
     int64_t classes = bench_size ? 1000 : 10;

@@ -16,7 +16,7 @@ lz_tensor *lz_tf_param(const lz_params *p, const char *fmt, ...)
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     lz_tensor *t = lz_params_find(p, name);
-    if (!t) lz_zoo_set_error("model parameter %s is missing from the parameter set", name);
+    if (!t) lz_set_error("model parameter %s is missing from the parameter set", name);
     return t;
 }
 

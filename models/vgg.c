@@ -52,7 +52,7 @@ static void vgg_free(void *impl) { free(impl); }
 int lz_zoo_build_vgg(lz_model *m, const char *name, int bench_size, uint64_t seed)
 {
     if (strcmp(name, "vgg16") != 0) {
-        lz_zoo_set_error("lz_zoo_build_vgg: unknown variant \"%s\"", name);
+        lz_set_error("lz_zoo_build_vgg: unknown variant \"%s\"", name);
         return -1;
     }
     int64_t classes = bench_size ? 1000 : 10;

@@ -41,7 +41,7 @@ static lz_tensor *vit_forward(lz_model *m, lz_tensor *x, int training)
     if (!x) return NULL;
     if (lz_ndim(x) != 4 || lz_dim(x, 1) != 3 || lz_dim(x, 2) != v->image || lz_dim(x, 3) != v->image) {
         /* the position embedding fixes the number of patches */
-        lz_zoo_set_error("%s: input must be [B, 3, %lld, %lld] images", m->spec.name,
+        lz_set_error("%s: input must be [B, 3, %lld, %lld] images", m->spec.name,
                          (long long)v->image, (long long)v->image);
         return NULL;
     }

@@ -61,7 +61,7 @@ lz_model *lz_model_new(const char *name, const char *size, uint64_t seed)
     else if (size && !strcmp(size, "smoke")) bench = 0;
     else bench = -1;
     if (!e || bench < 0) {
-        lz_zoo_set_error(!e ? "lz_model_new: unknown model \"%s\" (see lz_model_names)"
+        lz_set_error(!e ? "lz_model_new: unknown model \"%s\" (see lz_model_names)"
                             : "lz_model_new: unknown size \"%s\" (smoke or bench)",
                          !e ? (name ? name : "(null)") : (size ? size : "(null)"));
         return NULL;
@@ -71,13 +71,13 @@ lz_model *lz_model_new(const char *name, const char *size, uint64_t seed)
     if (!m || !own) {
         free(m);
         lz_params_free(own);
-        lz_zoo_set_error("lz_model_new: out of memory building %s", name);
+        lz_set_error("lz_model_new: out of memory building %s", name);
         return NULL;
     }
     m->params = own;
     m->dropout = 1;
     if (e->build(m, e->name, bench, seed) != 0) {
-        if (!lz_last_error()) lz_zoo_set_error("lz_model_new: building %s failed", name);
+        if (!lz_last_error()) lz_set_error("lz_model_new: building %s failed", name);
         if (m->params != own) lz_params_free(own);
         lz_model_free(m);
         return NULL;
@@ -109,11 +109,11 @@ lz_params *lz_model_params(lz_model *m)
 lz_tensor *lz_model_forward(lz_model *m, lz_tensor *x, int training)
 {
     if (!m || !m->forward) {
-        lz_zoo_set_error("lz_model_forward: %s", m ? "model has no forward" : "model is NULL");
+        lz_set_error("lz_model_forward: %s", m ? "model has no forward" : "model is NULL");
         return NULL;
     }
     if (!x) {
-        if (!lz_last_error()) lz_zoo_set_error("lz_model_forward(%s): input is NULL", m->spec.name);
+        if (!lz_last_error()) lz_set_error("lz_model_forward(%s): input is NULL", m->spec.name);
         return NULL;
     }
     return m->forward(m, x, training);
@@ -125,7 +125,7 @@ lz_tensor *lz_model_loss(lz_model *m, lz_tensor *x, lz_tensor *y, int training)
     if (!logits) return NULL;
     if (!y) {
         lz_free(logits);
-        if (!lz_last_error()) lz_zoo_set_error("lz_model_loss(%s): target is NULL", m->spec.name);
+        if (!lz_last_error()) lz_set_error("lz_model_loss(%s): target is NULL", m->spec.name);
         return NULL;
     }
     if (lz_ndim(logits) == 2) {

@@ -39,6 +39,8 @@ typedef struct bench_row {
     bench_mode_result mode[3];    /* eager, lazy, captured */
     double torch_ms;              /* < 0: not measured */
     int64_t torch_peak_bytes;     /* < 0: not measured */
+    double torch_blas_gflops;     /* PyTorch's BLAS on a 512^3 sgemm; <= 0: unknown */
+    char torch_blas[128];         /* the library file it reached */
     char note[160];               /* why something is missing, or "" */
 } bench_row;
 
@@ -74,6 +76,10 @@ double bench_peak_gflops(void);
 /* Derived figures of a row; NAN when an input is missing. */
 double bench_gflops(const bench_row *r);
 double bench_ratio(double num_ms, double den_ms);   /* den/num: speedup of num */
+
+/* A warning when PyTorch's BLAS is far below the measured peak (Debian's
+   torch on the reference BLAS), or NULL; into buf. */
+const char *bench_blas_warning(const bench_table *t, char *buf, size_t cap);
 
 void bench_print_table(FILE *f, const bench_table *t);
 int  bench_write_csv(const char *path, const bench_table *t);

@@ -98,6 +98,35 @@ static const char *const csv_heads[N_COLS] = {
 /* the stdout table leaves out the memory columns (they are in the files) */
 enum { N_TABLE_COLS = C_PCT + 1 };
 
+/* The slowest BLAS speed any PyTorch run reported, and its library. */
+static const bench_row *slowest_blas(const bench_table *t)
+{
+    const bench_row *slow = NULL;
+    for (int i = 0; i < t->n; i++)
+        if (t->rows[i].torch_blas_gflops > 0 &&
+            (!slow || t->rows[i].torch_blas_gflops < slow->torch_blas_gflops))
+            slow = &t->rows[i];
+    return slow;
+}
+
+const char *bench_blas_warning(const bench_table *t, char *buf, size_t cap)
+{
+    const bench_row *r = slowest_blas(t);
+    /* OpenBLAS reaches well over half the sgemm peak at 512^3; the
+       reference BLAS about 2% */
+    double floor = t->peak_gflops > 0 ? 0.2 * t->peak_gflops : 30.0;
+    if (!r || r->torch_blas_gflops >= floor)
+        return NULL;
+    snprintf(buf, cap,
+             "PyTorch's BLAS runs a 512^3 sgemm at %.1f GFLOP/s, so it is not OpenBLAS\n"
+             "  (%s). Its linear layers are 20-60x slower than\n"
+             "  they would be, so its times for BERT_pytorch, timm_vision_transformer,\n"
+             "  alexnet and vgg16 are not a fair reference; install libopenblas0-pthread\n"
+             "  (it becomes the libblas.so.3 alternative) and run again.",
+             r->torch_blas_gflops, r->torch_blas[0] ? r->torch_blas : "libblas.so.3");
+    return buf;
+}
+
 void bench_print_table(FILE *f, const bench_table *t)
 {
     static const int width[N_COLS] = { 9, 9, 9, 11, 8, 9, 10, 8, 8, 7, 8, 9 };
@@ -125,6 +154,9 @@ void bench_print_table(FILE *f, const bench_table *t)
     for (int i = 0; i < t->n; i++)
         if (t->rows[i].note[0])
             fprintf(f, "note: %s: %s\n", t->rows[i].model, t->rows[i].note);
+    char warn[640];
+    if (bench_blas_warning(t, warn, sizeof warn))
+        fprintf(f, "warning: %s\n", warn);
 }
 
 int bench_write_csv(const char *path, const bench_table *t)
@@ -202,6 +234,9 @@ int bench_write_markdown(const char *path, const bench_table *t)
     for (int i = 0; i < t->n; i++)
         if (t->rows[i].note[0])
             fprintf(f, "\n- %s: %s", t->rows[i].model, t->rows[i].note);
+    char warn[640];
+    if (bench_blas_warning(t, warn, sizeof warn))
+        fprintf(f, "\n**Warning**: %s", warn);
     fprintf(f, "\n");
     return fclose(f) == 0 ? 0 : -1;
 }
@@ -235,6 +270,8 @@ void bench_print_json(FILE *f, const bench_table *t)
     fprintf(f, "{\"size\": ");
     json_str(f, t->size);
     json_num(f, "peak_gflops", t->peak_gflops > 0 ? t->peak_gflops : NAN, "%.3f");
+    const bench_row *slow = slowest_blas(t);
+    json_num(f, "torch_blas_gflops", slow ? slow->torch_blas_gflops : NAN, "%.3f");
     fprintf(f, ", \"rows\": [");
     for (int i = 0; i < t->n; i++) {
         const bench_row *r = &t->rows[i];

@@ -242,6 +242,16 @@ static void fill_result(const inst *b, bench_mode_result *r)
     r->loss = b->loss;
 }
 
+static void print_summary(const char *name, const inst *b, const bench_mode_result *r)
+{
+    if (r->ms <= 0)
+        return;
+    fprintf(stderr, "  %s %-8s median %.2f ms, %.4g executions/step, %lld compiles; "
+                    "holds %.1f MiB, a step adds up to %.1f MiB\n",
+            name, bench_mode_names[b->mode], r->ms, r->executions_per_step,
+            (long long)r->compiles, b->held_bytes / 1048576.0, b->step_growth / 1048576.0);
+}
+
 int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_model_spec *spec)
 {
     /* captured first: see the file comment on memory */
@@ -250,7 +260,7 @@ int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_m
     memset(insts, 0, sizeof insts);
     for (int k = 0; k < N_LZ_MODES; k++)
         row->mode[k].ms = -1;
-    int rc = 0, insts_failed[N_LZ_MODES] = { 0 };
+    int rc = 0, have_spec = 0, insts_failed[N_LZ_MODES] = { 0 };
     for (int k = 0; k < N_LZ_MODES && rc == 0; k++) {
         bench_mode md = build_order[k];
         inst *b = &insts[md];
@@ -267,9 +277,10 @@ int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_m
             rc = -1;
             break;
         }
-        if (!row->params) {
+        if (!have_spec) {
             row->params = lz_params_numel(lz_model_params(b->m), 1);
             *spec = *lz_model_get_spec(b->m);
+            have_spec = 1;
         }
         b->failed = 0;
         /* captured: the first call traces a warm-up, the second captures */
@@ -287,8 +298,10 @@ int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_m
                 timed_step(&insts[md], name, row, rep, o->steps);
     for (int md = 0; md < N_LZ_MODES; md++) {
         insts_failed[md] = insts[md].failed;
-        if (rc == 0)
+        if (rc == 0) {
             fill_result(&insts[md], &row->mode[md]);
+            print_summary(name, &insts[md], &row->mode[md]);
+        }
         inst_free(&insts[md]);
     }
     lz_wait();

@@ -174,6 +174,9 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
         row->torch_ms = v;
         if (json_field(last, "peak_bytes", &v, NULL, 0) == 0 && v >= 0)
             row->torch_peak_bytes = (int64_t)v;
+        if (json_field(last, "blas_gflops", &v, NULL, 0) == 0)
+            row->torch_blas_gflops = v;
+        json_field(last, "blas", NULL, row->torch_blas, sizeof row->torch_blas);
     } else {
         fprintf(stderr, "lazyc bench: the PyTorch reference for %s printed no result "
                         "(exit status %d)\n", spec->name, status);

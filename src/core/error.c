@@ -32,6 +32,14 @@ int lz_errorf_int(const char *fmt, ...)
     return -1;
 }
 
+void lz_set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(fmt, ap);
+    va_end(ap);
+}
+
 const char *lz_last_error(void) { return has_error ? last_error : NULL; }
 void lz_clear_error(void) { has_error = 0; last_error[0] = 0; }
 
