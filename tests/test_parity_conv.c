@@ -11,21 +11,17 @@
 
 #include "testlib.h"
 #include "fixture.h"
+#include "parity_case.h"
 
-typedef struct op_info {
-    const char *name;
-    double tol;
-    int cases[2];
-    double worst;
-} op_info;
-
-static op_info OPS[] = {
-    {"conv2d", 1e-4, {0, 0}, 0},
-    {"max_pool2d", 1e-5, {0, 0}, 0},
-    {"avg_pool2d", 1e-5, {0, 0}, 0},
-    {"adaptive_avg_pool2d", 1e-5, {0, 0}, 0},
-    {"batch_norm", 1e-4, {0, 0}, 0},
-    {"convnet", 1e-4, {0, 0}, 0},
+/* worst_out holds the worst error of any kind (value, gradients, running
+   statistics); worst_grad is unused. */
+static pc_op OPS[] = {
+    {"conv2d", 1e-4, {0, 0}, 0, 0},
+    {"max_pool2d", 1e-5, {0, 0}, 0, 0},
+    {"avg_pool2d", 1e-5, {0, 0}, 0, 0},
+    {"adaptive_avg_pool2d", 1e-5, {0, 0}, 0, 0},
+    {"batch_norm", 1e-4, {0, 0}, 0, 0},
+    {"convnet", 1e-4, {0, 0}, 0, 0},
 };
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
 
@@ -60,8 +56,19 @@ static lz_tensor *convnet(lz_tensor **in, lz_tensor *rm, lz_tensor *rv)
     return lz_adaptive_avg_pool2d(h, 1, 1);
 }
 
-static lz_tensor *run_op(const lzfx *fx, lz_tensor **in, int n, lz_tensor *rm, lz_tensor *rv)
+/* Batch norm's running statistics: c->state[0] (mean), c->state[1] (var). */
+static void make_running_stats(pc_case *c)
 {
+    const lzfx_tensor *ref_rm = lzfx_get(c->fx, "rm"), *ref_rv = lzfx_get(c->fx, "rv");
+    if (ref_rm) c->state[0] = lzfx_to_lz(ref_rm);
+    if (ref_rv) c->state[1] = lzfx_to_lz(ref_rv);
+}
+
+static lz_tensor *run_op(pc_case *c)
+{
+    const lzfx *fx = c->fx;
+    lz_tensor **in = c->in, *rm = c->state[0], *rv = c->state[1];
+    int n = c->n;
     const char *op = fx->op;
     if (!strcmp(op, "conv2d")) {
         lz_conv2d_opts o = {0};
@@ -86,147 +93,33 @@ static lz_tensor *run_op(const lzfx *fx, lz_tensor **in, int n, lz_tensor *rm, l
     return NULL;
 }
 
-static double compare(lz_tensor *t, const lzfx_tensor *ref)
+/* The running statistics after the call. */
+static int check_running_stats(pc_case *c)
 {
-    if (!t || lz_ndim(t) != ref->ndim) return INFINITY;
-    for (int d = 0; d < ref->ndim; d++)
-        if (lz_dim(t, d) != ref->shape[d]) return INFINITY;
-    float *v = lz_test_read(t);
-    if (!v) return INFINITY;
-    double e = lz_test_rel_err(v, (const float *)ref->data, ref->numel);
-    free(v);
-    return e;
-}
-
-static op_info *find_op(const char *name)
-{
-    for (int i = 0; i < N_OPS; i++)
-        if (!strcmp(OPS[i].name, name)) return &OPS[i];
-    return NULL;
-}
-
-/* Appends " name err" to the line; returns 1 if err is within tol. */
-static int report(char *line, size_t len, size_t *o, const char *name, double e, op_info *info)
-{
-    *o += (size_t)snprintf(line + *o, len - *o, " %s %.2e", name, e);
-    if (!(e <= info->worst)) info->worst = e;
-    return e <= info->tol;
-}
-
-static int run_case(const char *dir, const char *file, int eager)
-{
-    char path[2200], err[2800];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    lzfx fx;
-    if (lzfx_load(path, &fx, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        CHECK(!"fixture loads");
-        return -1;
+    int pass = 1;
+    if (c->state[0]) {
+        double *worst = &c->info->worst_out;
+        pass &= pc_report(c, "rm", pc_compare(c->state[0], lzfx_get(c->fx, "rm_out")), "", worst);
+        pass &= pc_report(c, "rv", pc_compare(c->state[1], lzfx_get(c->fx, "rv_out")), "", worst);
     }
-    op_info *info = find_op(fx.op);
-    if (!info) {
-        fprintf(stderr, "%s: op %s has no runner in this test\n", file, fx.op);
-        CHECK(!"fixture op known");
-        lzfx_free(&fx);
-        return -1;
-    }
-    info->cases[eager]++;
-    const lzfx_tensor *xs[8], *gs[8];
-    int n = 0;
-    for (; n < 8; n++) {
-        char name[8];
-        snprintf(name, sizeof name, "x%d", n);
-        if (!(xs[n] = lzfx_get(&fx, name))) break;
-        snprintf(name, sizeof name, "g%d", n);
-        gs[n] = lzfx_get(&fx, name);
-    }
-    const lzfx_tensor *ref_rm = lzfx_get(&fx, "rm"), *ref_rv = lzfx_get(&fx, "rv");
-
-    lz_clear_error();
-    lz_scope_begin();
-    lz_tensor *in[8], *rm = NULL, *rv = NULL;
-    for (int i = 0; i < n; i++) {
-        in[i] = lzfx_to_lz(xs[i]);
-        lz_requires_grad(in[i], 1);
-    }
-    if (ref_rm) rm = lzfx_to_lz(ref_rm);
-    if (ref_rv) rv = lzfx_to_lz(ref_rv);
-    lz_metrics before = lz_metrics_get();
-    lz_tensor *out = run_op(&fx, in, n, rm, rv);
-    lz_tensor *w = lzfx_to_lz(lzfx_get(&fx, "w"));
-    lz_tensor *loss = out ? lz_sum(lz_mul(out, w)) : NULL;
-    int ok = loss && lz_backward(loss) == 0;
-    lz_metrics recorded = lz_metrics_get();
-    lz_mark_step();
-
-    char line[1400];
-    size_t o = (size_t)snprintf(line, sizeof line, "%-28s %-5s", file, eager ? "eager" : "lazy");
-    int pass = ok;
-    if (!ok) {
-        info->worst = INFINITY;
-        o += (size_t)snprintf(line + o, sizeof line - o, " ERROR %s",
-                              lz_last_error() ? lz_last_error() : "(no message)");
-    } else {
-        pass &= report(line, sizeof line, &o, "out", compare(out, lzfx_get(&fx, "out")), info);
-        for (int i = 0; i < n; i++) {
-            char name[8];
-            snprintf(name, sizeof name, "g%d", i);
-            lz_tensor *g = lz_grad(in[i]);
-            pass &= report(line, sizeof line, &o, name, g && gs[i] ? compare(g, gs[i]) : INFINITY,
-                           info);
-        }
-        if (rm) {
-            pass &= report(line, sizeof line, &o, "rm", compare(rm, lzfx_get(&fx, "rm_out")), info);
-            pass &= report(line, sizeof line, &o, "rv", compare(rv, lzfx_get(&fx, "rv_out")), info);
-        }
-    }
-    /* Lazy: recording ran nothing; forward, backward and the running
-       statistics were one execution. */
-    if (!eager && ok) {
-        lz_metrics after = lz_metrics_get();
-        int64_t rec = recorded.executions - before.executions;
-        int64_t all = after.executions - before.executions;
-        if (rec != 0 || all != 1) {
-            o += (size_t)snprintf(line + o, sizeof line - o,
-                                  " executions: %lld while recording, %lld in all (want 0, 1)",
-                                  (long long)rec, (long long)all);
-            pass = 0;
-        }
-    }
-    snprintf(line + o, sizeof line - o, "  tol %.0e %s", info->tol, pass ? "ok" : "FAIL");
-    printf("%s\n", line);
-    CHECK(pass);
-    lz_scope_end();
-    lzfx_free(&fx);
-    return pass ? 0 : -1;
+    return pass;
 }
 
 int main(int argc, char **argv)
 {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/conv", argc > 1 ? argv[1] : lzfx_dir());
-    char *files[256];
-    int nf = lzfx_index(dir, files, 256);
-    if (nf <= 0) {
-        fprintf(stderr, "no fixtures: cannot read %s/INDEX (run from tests/, or set LZ_FIXTURES)\n",
-                dir);
-        CHECK(!"fixtures present");
-        return lz_test_done();
-    }
-    for (int eager = 0; eager <= 1; eager++) {
-        lz_set_eager(eager);
-        int failed = 0;
-        for (int i = 0; i < nf; i++) failed += run_case(dir, files[i], eager) != 0;
-        lz_wait();
-        printf("== %s mode: %d fixture(s) failed\n", eager ? "eager" : "lazy", failed);
-    }
-    lz_set_eager(0);
+    const pc_hooks h = {
+        .ops = OPS, .n_ops = N_OPS, .file_width = 28, .need_refs = 1,
+        .grads_all = 1, .one_worst = 1,
+        .prepare = make_running_stats, .run = run_op, .extra = check_running_stats,
+    };
+    if (pc_run_all(dir, &h) != 0) return lz_test_done();
     printf("== per op, worst relative error over its fixtures in both modes\n");
     for (int i = 0; i < N_OPS; i++) {
         printf("%-20s %2d case(s)  worst %.2e  tol %.0e %s\n", OPS[i].name, OPS[i].cases[0],
-               OPS[i].worst, OPS[i].tol, OPS[i].worst <= OPS[i].tol ? "ok" : "FAIL");
+               OPS[i].worst_out, OPS[i].tol, OPS[i].worst_out <= OPS[i].tol ? "ok" : "FAIL");
         CHECK(OPS[i].cases[0] > 0 && OPS[i].cases[1] > 0);
     }
-    for (int i = 0; i < nf; i++) free(files[i]);
     return lz_test_done();
 }
