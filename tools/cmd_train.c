@@ -239,6 +239,8 @@ int lz_cmd_train(int argc, char **argv)
 {
     train_opts o;
     if (parse(argc, argv, &o) != 0) { usage(stderr); return LZ_CLI_USAGE_ERROR; }
+    /* progress lines reach a log file as they happen, not at exit */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     lz_dataset *tr = lz_dataset_fashion_mnist(o.data_dir, 1), *te = tr ? lz_dataset_fashion_mnist(o.data_dir, 0) : NULL;
     if (!tr || !te) {
         fprintf(stderr, "lazyc train: %s\n", lz_last_error());
