@@ -51,8 +51,11 @@ check_run() { # name: run ./name, expect exit 0 and a falling loss
 # shared: exactly the README's command line
 # shellcheck disable=SC2046
 $cc -std=c11 -Wall -Wextra -Werror train_mlp.c $(pkg-config --cflags --libs lazyc) -o train_shared
-ldd ./train_shared | grep -q "$libdir/liblazyc.so" \
-  || { echo "FAIL: train_shared does not load liblazyc.so from $libdir"; ldd ./train_shared; exit 1; }
+# ldd's output is read whole first: with pipefail, `ldd | grep -q` fails
+# whenever grep exits at its match before ldd has finished writing (SIGPIPE)
+libs=$(ldd ./train_shared)
+grep -q "$libdir/liblazyc.so" <<<"$libs" \
+  || { echo "FAIL: train_shared does not load liblazyc.so from $libdir"; echo "$libs"; exit 1; }
 check_run train_shared
 
 # static: Libs.private must be enough to resolve every symbol of liblazyc.a
