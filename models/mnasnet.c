@@ -89,8 +89,7 @@ int lz_zoo_build_mnasnet(lz_model *m, const char *name, int bench_size, uint64_t
     };
     lz_zoo_image_spec(&m->spec, "mnasnet1_0", bench_size, bench_size ? 1000 : 10);
     mnasnet *net = calloc(1, sizeof *net);
-    if (!m->params) m->params = lz_params_new();
-    if (!net || !m->params) {
+    if (!net) {
         free(net);
         return -1;
     }

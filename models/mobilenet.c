@@ -97,8 +97,7 @@ int lz_zoo_build_mobilenet(lz_model *m, const char *name, int bench_size, uint64
     };
     lz_zoo_image_spec(&m->spec, "mobilenet_v2", bench_size, bench_size ? 1000 : 10);
     mobilenet *net = calloc(1, sizeof *net);
-    if (!m->params) m->params = lz_params_new();
-    if (!net || !m->params) {
+    if (!net) {
         free(net);
         return -1;
     }

@@ -84,8 +84,7 @@ int lz_zoo_build_squeezenet(lz_model *m, const char *name, int bench_size, uint6
     };
     lz_zoo_image_spec(&m->spec, "squeezenet1_1", bench_size, bench_size ? 1000 : 10);
     squeezenet *net = calloc(1, sizeof *net);
-    if (!m->params) m->params = lz_params_new();
-    if (!net || !m->params) {
+    if (!net) {
         free(net);
         return -1;
     }

@@ -78,12 +78,9 @@ lz_model *lz_model_new(const char *name, const char *size, uint64_t seed)
     m->dropout = 1;
     if (e->build(m, e->name, bench, seed) != 0) {
         if (!lz_last_error()) lz_set_error("lz_model_new: building %s failed", name);
-        if (m->params != own) lz_params_free(own);
         lz_model_free(m);
         return NULL;
     }
-    /* a builder may make its own set instead of filling the given one */
-    if (m->params != own) lz_params_free(own);
     m->spec.name = e->name;
     return m;
 }
