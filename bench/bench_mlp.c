@@ -21,6 +21,7 @@
 
 #include "lazyc.h"
 #include "../tools/openmp_env.h"
+#include "mlp_model.h"
 
 typedef struct cfg {
     long batch, in, hidden, depth, classes, steps, warmup;
@@ -61,111 +62,8 @@ static double median(double *v, long n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static uint64_t rng = 88172645463325252ull;
-static float uniform(float bound)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return bound * (float)(2.0 * (double)(rng >> 11) / 9007199254740992.0 - 1.0);
-}
-
-static lz_tensor *rand_tensor(int ndim, const int64_t *shape, float bound, int grad)
-{
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= shape[i];
-    float *v = malloc(sizeof *v * (size_t)n);
-    if (!v)
-        return NULL;
-    for (int64_t i = 0; i < n; i++)
-        v[i] = uniform(bound);
-    lz_tensor *t = lz_from_host(v, LZ_F32, ndim, shape);
-    free(v);
-    if (t && grad)
-        lz_requires_grad(t, 1);
-    return t;
-}
-
-enum { MAX_LAYERS = 64 };
-
-typedef struct model {
-    int n;                   /* parameters: weight and bias per layer */
-    lz_tensor *p[2 * MAX_LAYERS];
-    lz_tensor *x, *y;
-    lz_sgd *opt;
-} model;
-
-static void model_free(model *m)
-{
-    lz_sgd_free(m->opt);
-    for (int i = 0; i < m->n; i++)
-        lz_free(m->p[i]);
-    lz_free(m->x);
-    lz_free(m->y);
-    memset(m, 0, sizeof *m);
-}
-
-static int model_init(model *m, const cfg *c)
-{
-    memset(m, 0, sizeof *m);
-    int layers = (int)c->depth + 1;
-    for (int l = 0; l < layers; l++) {
-        int64_t fin = l ? c->hidden : c->in, fout = l == layers - 1 ? c->classes : c->hidden;
-        int64_t sw[2] = { fin, fout }, sb[1] = { fout };
-        float k = 1.0f / sqrtf((float)fin);
-        m->p[m->n++] = rand_tensor(2, sw, k, 1);
-        m->p[m->n++] = rand_tensor(1, sb, k, 1);
-    }
-    int64_t sx[2] = { c->batch, c->in }, sy[1] = { c->batch };
-    m->x = rand_tensor(2, sx, 1.0f, 0);
-    int64_t *labels = malloc(sizeof *labels * (size_t)c->batch);
-    if (labels) {
-        for (long i = 0; i < c->batch; i++)
-            labels[i] = i % c->classes;
-        m->y = lz_from_host(labels, LZ_I64, 1, sy);
-        free(labels);
-    }
-    for (int i = 0; i < m->n; i++)
-        if (!m->p[i])
-            return -1;
-    if (!m->x || !m->y)
-        return -1;
-    m->opt = lz_sgd_new(m->p, m->n, (lz_sgd_opts){ .lr = 0.01f, .momentum = 0.9f });
-    return m->opt ? 0 : -1;
-}
-
-/* Records forward, backward and the update of one step on in = {x, y};
-   out[0] = the loss. Also the captured function. */
-static int step_fn(void *ctx, lz_tensor *const *in, lz_tensor **out)
-{
-    model *m = ctx;
-    lz_tensor *h = in[0];
-    for (int i = 0; i < m->n; i += 2) {
-        h = lz_add(lz_matmul(h, m->p[i]), m->p[i + 1]);
-        if (i + 2 < m->n)
-            h = lz_relu(h);
-    }
-    lz_tensor *loss = lz_cross_entropy(h, in[1]);
-    lz_sgd_zero_grad(m->opt);
-    int rc = loss ? lz_backward(loss) : -1;
-    if (rc == 0)
-        rc = lz_sgd_step(m->opt);
-    out[0] = loss;
-    return rc;
-}
-
-static int record_step(model *m)
-{
-    lz_tensor *in[2] = { m->x, m->y }, *out[1] = { NULL };
-    lz_scope_begin();
-    int rc = step_fn(m, in, out);
-    lz_scope_end();
-    return rc;
-}
-
 /* One step of the mode, up to the barrier; *host_us = the host's part. */
-static int run_step(mode md, model *m, lz_fn *f, double *host_us)
+static int run_step(mode md, mlp_model *m, lz_fn *f, double *host_us)
 {
     double t0 = now_us();
     int rc;
@@ -174,7 +72,7 @@ static int run_step(mode md, model *m, lz_fn *f, double *host_us)
         rc = lz_call(f, in, out);
         lz_free(out[0]);
     } else {
-        rc = record_step(m);
+        rc = mlp_record_step(m);
         lz_mark_step();
     }
     *host_us = now_us() - t0;
@@ -184,12 +82,13 @@ static int run_step(mode md, model *m, lz_fn *f, double *host_us)
 static int run_mode(mode md, const cfg *c, result *r)
 {
     lz_set_eager(md == MODE_EAGER);
-    model m;
+    mlp_model m;
     lz_fn *f = NULL;
     double *step = NULL, *rec = NULL, *mark = NULL, *cut = NULL, *host = NULL;
-    if (model_init(&m, c) != 0 || lz_wait() != 0)
+    mlp_cfg mc = { c->batch, c->in, c->hidden, c->depth, c->classes };
+    if (mlp_model_init(&m, &mc) != 0 || lz_wait() != 0)
         goto fail;
-    if (md == MODE_CAPTURED && !(f = lz_capture(step_fn, &m, 2, 1)))
+    if (md == MODE_CAPTURED && !(f = lz_capture(mlp_step_fn, &m, 2, 1)))
         goto fail;
     double ignored;
     /* captured: the first calls trace (a warm-up, then the capture) */
@@ -216,7 +115,7 @@ static int run_mode(mode md, const cfg *c, result *r)
             rc = run_step(md, &m, f, &host[i]);
             rec[i] = mark[i] = cut[i] = 0;
         } else {
-            rc = record_step(&m);
+            rc = mlp_record_step(&m);
             double t1 = now_us();
             lz_metrics m1 = lz_metrics_get();
             lz_mark_step();
@@ -248,13 +147,13 @@ static int run_mode(mode md, const cfg *c, result *r)
     r->compiles = tot.compiles;
     free(step); free(rec); free(mark); free(cut); free(host);
     lz_fn_free(f);
-    model_free(&m);
+    mlp_model_free(&m);
     lz_set_eager(0);
     return 0;
 fail:
     free(step); free(rec); free(mark); free(cut); free(host);
     lz_fn_free(f);
-    model_free(&m);
+    mlp_model_free(&m);
     lz_set_eager(0);
     return -1;
 }
@@ -285,7 +184,7 @@ int main(int argc, char **argv)
     struct { const char *name; long *v; long lo, hi; } opts[] = {
         { "--batch", &c.batch, 1, 1 << 20 }, { "--in", &c.in, 1, 1 << 20 },
         { "--hidden", &c.hidden, 1, 1 << 20 }, { "--classes", &c.classes, 2, 1 << 20 },
-        { "--depth", &c.depth, 0, MAX_LAYERS - 1 },
+        { "--depth", &c.depth, 0, MLP_MAX_LAYERS - 1 },
         { "--steps", &c.steps, 1, 1 << 20 }, { "--warmup", &c.warmup, 0, 1 << 20 },
     };
     for (int i = 1; i < argc; i++) {

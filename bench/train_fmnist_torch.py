@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 reference for `lazyc train --data fashion-mnist --model cnn`.
+"""PyTorch 1.13 reference for `lazyc train --data fashion-mnist --model cnn|resnet18`.
 
     OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/train_fmnist_torch.py \
-        [--epochs 3] [--batch 128] [--lr 2e-3] [--weight-decay 5e-4] [--seed 1] \
+        [--model cnn|resnet18] [--epochs 3] [--batch 128] [--lr 2e-3] [--weight-decay 5e-4] [--seed 1] \
         [--data-dir /usr/share/datasets/fashion-mnist] [--train-limit N] [--test-limit N]
 
-The same model (conv32-BN-ReLU-maxpool, conv64-BN-ReLU-maxpool, linear),
-the same normalisation, AdamW with a per-step cosine schedule, the last
+The same model (cnn: conv32-BN-ReLU-maxpool, conv64-BN-ReLU-maxpool,
+linear; resnet18: torchvision's with a 3x3 stride-1 stem and no max-pool,
+tests/reference/fmnist_ref.py), the same normalisation, AdamW with a per-step cosine schedule, the last
 partial training batch dropped, 2 threads. Prints the summary JSON that
 `lazyc train` writes, so the two can be compared line by line.
 """
@@ -14,12 +15,17 @@ import argparse
 import gzip
 import json
 import math
+import os
 import struct
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+import fmnist_ref  # noqa: E402  (resnet18 as lazyc defines it)
 
 
 def read_idx(path):
@@ -57,6 +63,7 @@ class CNN(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["cnn", "resnet18"], default="cnn")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -70,7 +77,7 @@ def main():
     torch.manual_seed(a.seed)
     xtr, ytr = load(a.data_dir, "train", a.train_limit)
     xte, yte = load(a.data_dir, "t10k", a.test_limit)
-    model = CNN()
+    model = CNN() if a.model == "cnn" else fmnist_ref.make_resnet18_fmnist()
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     per_epoch = len(xtr) // a.batch
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=per_epoch * a.epochs)
@@ -102,7 +109,7 @@ def main():
         epochs.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "test_accuracy": acc})
         print(f"epoch {epoch + 1}: train loss {epochs[-1]['train_loss']:.4f}, test accuracy {acc:.4f}",
               flush=True)
-    print(json.dumps({"model": "cnn (torch)", "epochs": epochs, "test_accuracy": acc,
+    print(json.dumps({"model": f"{a.model} (torch)", "epochs": epochs, "test_accuracy": acc,
                       "wall_s": round(time.perf_counter() - start, 3),
                       "images_per_s": round(images / train_s, 1)}))
 

@@ -334,6 +334,7 @@ typedef struct lz_metrics {
     int64_t capture_replays, capture_fallbacks, peak_bytes;
     double  trace_ms, compile_ms, execute_ms, wait_ms;
     double  flops;           /* conv and matmul work of the executions enqueued */
+    int64_t kernels;         /* kernel launches (program steps) of the executions enqueued */
 } lz_metrics;
 lz_metrics lz_metrics_get(void);
 void       lz_metrics_reset(void);
@@ -346,6 +347,25 @@ const char *lz_last_error(void);                   /* NULL when none */
    zoos, step functions) that finds a problem of its own. */
 void        lz_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void        lz_clear_error(void);
+
+/* ---- shutdown -------------------------------------------------------- */
+
+/* Releases everything the library holds itself: waits for every enqueued
+   execution (an error that no lz_wait reported is dropped), stops the
+   executor thread, frees the executable cache (captured executables too:
+   a live lz_fn keeps its own), the device memory cached for reuse, the
+   shared scalars and the random generator's state (the default seed
+   again), ends open scopes (as lz_scope_end) and no-grad sections, and
+   resets the metrics, lz_set_eager and the calling thread's error.
+   Handles the caller holds (tensors, lz_fn, optimizers, parameter sets,
+   data sets, loaders) are not freed: they stay valid and stay the
+   caller's to free; a program that frees them all first and then calls
+   lz_shutdown leaves nothing allocated. The next call starts the library
+   afresh (a new thread, an empty cache: the first step compiles again).
+   Call it from the thread that records ops, with no other thread using
+   the library; from inside a step function being traced it only sets an
+   error. */
+void        lz_shutdown(void);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,15 @@
 /* ResNet-18, ResNet-50 and ResNeXt-50 32x4d as torchvision 0.14 defines
  * them (torchvision/models/resnet.py): the same modules, names, strides
- * (on the 3x3 conv of a bottleneck) and initialisation. */
+ * (on the 3x3 conv of a bottleneck) and initialisation.
+ *
+ * resnet18_fmnist (`lazyc train --model resnet18`) is ResNet-18 for 1x28x28
+ * Fashion-MNIST images and 10 classes, adapted as CIFAR ResNets are: the
+ * ImageNet stem (7x7 stride-2 conv, then a stride-2 max-pool) would shrink
+ * 28x28 to 7x7 before the first stage and 1x1 by the last, so the stem is a
+ * 3x3 stride-1 conv from 1 channel to 64 and there is no max-pool; the four
+ * stages then run at 28, 14, 7 and 4 pixels. The state_dict is torchvision's
+ * resnet18(num_classes=10) with conv1 = Conv2d(1, 64, 3, 1, 1, bias=False)
+ * and maxpool = Identity (which has no parameters), so the names match 1:1. */
 #include "layers.h"
 #include "zoo_internal.h"
 
@@ -17,6 +26,7 @@ typedef struct block {
 
 typedef struct resnet {
     int bottleneck;
+    int small_input;                       /* 3x3 stride-1 stem, no max-pool */
     lz_conv_layer conv1;
     lz_bn_layer bn1;
     block *blocks;
@@ -51,8 +61,10 @@ static lz_tensor *resnet_forward(lz_model *m, lz_tensor *x, int training)
 {
     const resnet *r = m->impl;
     lz_tensor *h = lz_conv_bn_act(&r->conv1, &r->bn1, x, training, LZ_ACT_RELU);
-    lz_pool2d_opts mp = { .kernel = { 3, 3 }, .stride = { 2, 2 }, .padding = { 1, 1 } };
-    h = lz_layer_then(h, lz_max_pool2d(h, mp));
+    if (!r->small_input) {
+        lz_pool2d_opts mp = { .kernel = { 3, 3 }, .stride = { 2, 2 }, .padding = { 1, 1 } };
+        h = lz_layer_then(h, lz_max_pool2d(h, mp));
+    }
     for (int i = 0; i < r->n_blocks; i++)
         h = lz_layer_then(h, block_forward(r, &r->blocks[i], h, training));
     h = lz_layer_then(h, lz_adaptive_avg_pool2d(h, 1, 1));
@@ -64,9 +76,11 @@ int lz_zoo_build_resnet(lz_model *m, const char *name, int bench_size, uint64_t 
 {
     static const int depth18[4] = { 2, 2, 2, 2 }, depth50[4] = { 3, 4, 6, 3 };
     const int *layers;
-    int bottleneck, groups = 1, width_per_group = 64;
+    int bottleneck, groups = 1, width_per_group = 64, small_input = 0;
     if (!strcmp(name, "resnet18")) {
         layers = depth18; bottleneck = 0;
+    } else if (!strcmp(name, "resnet18_fmnist")) {
+        layers = depth18; bottleneck = 0; small_input = 1;
     } else if (!strcmp(name, "resnet50")) {
         layers = depth50; bottleneck = 1;
     } else if (!strcmp(name, "resnext50_32x4d")) {
@@ -75,12 +89,22 @@ int lz_zoo_build_resnet(lz_model *m, const char *name, int bench_size, uint64_t 
         lz_set_error("lz_zoo_build_resnet: unknown variant \"%s\"", name);
         return -1;
     }
-    int64_t classes = bench_size ? 1000 : 10;
-    lz_zoo_image_spec(&m->spec, name, bench_size, classes);
+    int64_t classes = bench_size && !small_input ? 1000 : 10;
+    if (small_input) {
+        /* batch 2 to check it (smoke), the training batch for bench */
+        int64_t batch = bench_size ? 128 : 2;
+        m->spec = (lz_model_spec){
+            .name = name, .input_ndim = 4, .input_shape = { batch, 1, 28, 28 }, .input_dtype = LZ_F32,
+            .target_ndim = 1, .target_shape = { batch }, .num_classes = classes,
+        };
+    } else {
+        lz_zoo_image_spec(&m->spec, name, bench_size, classes);
+    }
 
     resnet *r = calloc(1, sizeof *r);
     if (!r) return -1;
     r->bottleneck = bottleneck;
+    r->small_input = small_input;
     r->n_blocks = layers[0] + layers[1] + layers[2] + layers[3];
     r->blocks = calloc((size_t)r->n_blocks, sizeof *r->blocks);
     m->impl = r;
@@ -93,7 +117,10 @@ int lz_zoo_build_resnet(lz_model *m, const char *name, int bench_size, uint64_t 
     c.conv_init = LZ_INIT_KAIMING_FAN_OUT;   /* ResNet.__init__ re-inits every conv */
     const int expansion = bottleneck ? 4 : 1;
     int64_t inplanes = 64;
-    lz_conv_make(&c, &r->conv1, 3, 64, 7, 2, 3, 1, 0, "conv1");
+    if (small_input)
+        lz_conv_make(&c, &r->conv1, 1, 64, 3, 1, 1, 1, 0, "conv1");
+    else
+        lz_conv_make(&c, &r->conv1, 3, 64, 7, 2, 3, 1, 0, "conv1");
     lz_bn_make(&c, &r->bn1, 64, "bn1");
     int bi = 0;
     for (int l = 0; l < 4; l++) {

@@ -27,6 +27,7 @@ static const struct zoo_entry {
 /* Models for `lazyc train`: made by lz_model_new, not in the reference list. */
 static const struct zoo_entry extra[] = {
     { "cnn", lz_zoo_build_cnn },
+    { "resnet18_fmnist", lz_zoo_build_resnet },   /* 1x28x28 ResNet-18 (resnet.c) */
 };
 
 const char *const *lz_model_names(void)

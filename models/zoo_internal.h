@@ -19,7 +19,7 @@ struct lz_model {
    name selects the variant where one builder serves several models. */
 typedef int (*lz_model_builder)(lz_model *m, const char *name, int bench_size, uint64_t seed);
 
-int lz_zoo_build_resnet(lz_model *m, const char *name, int bench_size, uint64_t seed);     /* resnet18/50, resnext50_32x4d */
+int lz_zoo_build_resnet(lz_model *m, const char *name, int bench_size, uint64_t seed);     /* resnet18/50, resnext50_32x4d, resnet18_fmnist */
 int lz_zoo_build_alexnet(lz_model *m, const char *name, int bench_size, uint64_t seed);
 int lz_zoo_build_vgg(lz_model *m, const char *name, int bench_size, uint64_t seed);        /* vgg16 */
 int lz_zoo_build_mobilenet(lz_model *m, const char *name, int bench_size, uint64_t seed);  /* mobilenet_v2 */
@@ -30,6 +30,7 @@ int lz_zoo_build_bert(lz_model *m, const char *name, int bench_size, uint64_t se
 /* Training models beyond the reference ten (lz_model_new knows them;
    lz_model_names does not list them). */
 int lz_zoo_build_cnn(lz_model *m, const char *name, int bench_size, uint64_t seed);        /* cnn: 1x28x28 */
+/* resnet18_fmnist: lz_zoo_build_resnet's 1x28x28 ResNet-18 */
 
 /* Image models share their input conventions: batch 8 at 128x128 for the
    bench size, batch 2 at 64x64 for smoke (alexnet needs at least 63). */

@@ -37,6 +37,7 @@ typedef struct lzfx {
     lzfx_tensor t[LZFX_MAX_TENSORS];
     lzfx_attr a[LZFX_MAX_ATTRS];
     char *image;             /* the whole file */
+    char *data;              /* the tensors, each 8-byte aligned */
 } lzfx;
 
 static inline size_t lzfx_dtype_size(lz_dtype d)
@@ -56,7 +57,9 @@ static inline int lzfx_dtype_parse(const char *s, lz_dtype *d)
 static inline void lzfx_free(lzfx *fx)
 {
     free(fx->image);
+    free(fx->data);
     fx->image = NULL;
+    fx->data = NULL;
 }
 
 /* Loads path into fx; on failure returns -1 with a reason in err. */
@@ -126,6 +129,19 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
                 t->numel *= t->shape[d];
             }
         } else if (!strcmp(word, "data")) {
+            /* The values follow a text header at any byte offset; reading a
+               float there is undefined (UBSan: misaligned load), so each
+               tensor is copied to an 8-byte aligned place of its own. */
+            size_t total = 0;
+            for (int i = 0; i < fx->n_tensors; i++)
+                total += ((size_t)fx->t[i].numel * lzfx_dtype_size(fx->t[i].dtype) + 7) & ~(size_t)7;
+            fx->data = malloc(total ? total : 1);
+            if (!fx->data) {
+                snprintf(err, errlen, "%s: out of memory", path);
+                lzfx_free(fx);
+                return -1;
+            }
+            char *q = fx->data;
             for (int i = 0; i < fx->n_tensors; i++) {
                 size_t nb = (size_t)fx->t[i].numel * lzfx_dtype_size(fx->t[i].dtype);
                 if ((size_t)(end - p) < nb) {
@@ -133,7 +149,9 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
                     lzfx_free(fx);
                     return -1;
                 }
-                fx->t[i].data = p;
+                memcpy(q, p, nb);
+                fx->t[i].data = q;
+                q += (nb + 7) & ~(size_t)7;
                 p += nb;
             }
             if (p != end) {

@@ -53,6 +53,8 @@ for r in rows:
         problems.append(f"captured mode compiled {r['compiles']!r} times in its timed steps")
     if not (isinstance(r["peak_bytes"], int) and r["peak_bytes"] > 0):
         problems.append(f"peak_bytes is {r['peak_bytes']!r}")
+    if not (isinstance(r.get("kernels_per_step"), (int, float)) and r["kernels_per_step"] >= 1):
+        problems.append(f"kernels_per_step is {r.get('kernels_per_step')!r}")
     if not (isinstance(r["gflops"], (int, float)) and r["gflops"] > 0):
         problems.append(f"gflops is {r['gflops']!r}")
     torch = r["torch_ms"]

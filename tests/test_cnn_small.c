@@ -138,7 +138,8 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 
 /* Six captured steps on one batch, dropout off so the loss is a function of
    the weights alone: it must fall, and after the first (warm-up) call the
-   five others run as one execution each with one compile. Batch norm over
+   five others run as one execution each and compile nothing: the warm-up
+   call cuts the same graph as the capture, so its compile serves both. Batch norm over
    a batch of 2 makes these nets sharp (mnasnet's loss first rises in
    PyTorch too), hence the small learning rate. */
 static void test_training(lz_model *m, const char *model)
@@ -169,7 +170,7 @@ static void test_training(lz_model *m, const char *model)
     }
     lz_metrics mt = lz_metrics_get();
     CHECK_EQ_I(mt.executions, STEPS - 1);
-    CHECK_EQ_I(mt.compiles, 1);
+    CHECK_EQ_I(mt.compiles, 0);
     fprintf(stderr, "%s: loss", model);
     for (int i = 0; i < STEPS; i++) fprintf(stderr, " %.4f", loss[i]);
     fprintf(stderr, "\n");

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Model parity with PyTorch (issue 4): for each of the ten zoo models at
-# smoke size, tests/reference/model_parity.py writes weights, a batch and
-# PyTorch's float64 loss, gradients and parameters after 3 SGD steps; the
-# loss and every gradient from `lazyc grads`, and every parameter after 3
+# smoke size, and resnet18_fmnist (`lazyc train --model resnet18`),
+# tests/reference/model_parity.py writes weights, a batch and PyTorch's
+# float64 loss, gradients and parameters after 3 SGD steps; the loss and
+# every gradient from `lazyc grads` (`test_models grads` for
+# resnet18_fmnist), and every parameter after 3
 # SGD steps from `test_models sgd` (captured), must match within 1e-4
 # relative per tensor. A failure names the model and its worst tensor.
 #
@@ -23,7 +25,7 @@ if ! "$py" -c 'import torch, torchvision' >/dev/null 2>&1; then
     fi
     echo "************************************************************************"
     echo "SKIPPED: test_model_parity: PyTorch/torchvision are not importable by $py;"
-    echo "SKIPPED: the ten models are NOT checked against PyTorch"
+    echo "SKIPPED: the zoo's models are NOT checked against PyTorch"
     echo "SKIPPED: (install python3-torch python3-torchvision: scripts/setup.sh)"
     echo "************************************************************************"
     exit 77

@@ -354,5 +354,10 @@ int main(int argc, char **argv)
     const char *only = argc > 2 ? argv[2] : NULL;
     for (const char *const *n = lz_model_names(); *n; n++)
         if (!only || !strcmp(only, *n)) test_model(*n);
+    /* lazyc train's models with a torch definition (lz_model_names lists
+       only the reference ten) */
+    static const char *const train_models[] = { "resnet18_fmnist" };
+    for (size_t i = 0; i < sizeof train_models / sizeof *train_models; i++)
+        if (!only || !strcmp(only, train_models[i])) test_model(train_models[i]);
     return lz_test_done();
 }

@@ -29,6 +29,7 @@ typedef struct bench_mode_result {
     double executions_per_step;   /* metrics deltas over the timed steps */
     int64_t compiles;
     double flops_per_step;        /* compiler-counted conv/matmul FLOPs */
+    double kernels_per_step;      /* kernel launches: fewer when elementwise chains fuse */
     int64_t peak_bytes;           /* the instance's memory at its step's peak */
     float loss;                   /* last timed step's loss */
 } bench_mode_result;

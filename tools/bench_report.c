@@ -291,6 +291,7 @@ void bench_print_json(FILE *f, const bench_table *t)
         json_num(f, "torch_peak_bytes",
                  r->torch_peak_bytes >= 0 ? (double)r->torch_peak_bytes : NAN, "%.0f");
         json_num(f, "params", (double)r->params, "%.0f");
+        json_num(f, "kernels_per_step", cap->ms > 0 ? cap->kernels_per_step : NAN, "%.6g");
         for (int md = BENCH_EAGER; md <= BENCH_LAZY; md++) {
             char key[48];
             snprintf(key, sizeof key, "%s_executions_per_step", bench_mode_names[md]);

@@ -39,7 +39,7 @@ typedef struct inst {
     double *ms;
     long n_ms;
     int64_t executions, compiles;
-    double flops;
+    double flops, kernels;
     float loss;
 } inst;
 
@@ -218,6 +218,7 @@ static void timed_step(inst *b, const char *name, bench_row *row, long rep, long
     b->executions += m.executions;
     b->compiles += m.compiles;
     b->flops += m.flops;
+    b->kernels += (double)m.kernels;
     if (m.peak_bytes - before > b->step_growth)
         b->step_growth = m.peak_bytes - before;
     fprintf(stderr, "  %s %-8s step %ld/%ld  %9.2f ms  loss %.4f\n", name,
@@ -238,6 +239,7 @@ static void fill_result(const inst *b, bench_mode_result *r)
     r->executions_per_step = (double)b->executions / (double)b->n_ms;
     r->compiles = b->compiles;
     r->flops_per_step = b->flops / (double)b->n_ms;
+    r->kernels_per_step = b->kernels / (double)b->n_ms;
     r->peak_bytes = b->held_bytes + b->step_growth;
     r->loss = b->loss;
 }

@@ -1,8 +1,9 @@
 /* lazyc train: trains a model on Fashion-MNIST in captured mode (one
  * execution per step), evaluates on the test set after each epoch, and
- * writes a JSON summary; checkpoints hold parameters, buffers, optimizer
- * and generator state, with the epoch and step in the header, so --resume
- * continues exactly where a run stopped. */
+ * writes a JSON summary (with the training steps and the executions they
+ * enqueued, so a test sees that capture held); checkpoints hold
+ * parameters, buffers, optimizer and generator state, with the epoch and
+ * step in the header, so --resume continues exactly where a run stopped. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,20 @@ typedef struct trainer {
     lz_adamw *adamw;
 } trainer;
 
+/* --model NAME -> the zoo's builder name (lz_model_new) */
+static const struct { const char *cli, *zoo; } train_models[] = {
+    {"cnn", "cnn"},
+    {"resnet18", "resnet18_fmnist"},
+};
+#define N_TRAIN_MODELS ((int)(sizeof train_models / sizeof train_models[0]))
+
+static const char *zoo_name(const char *model)
+{
+    for (int i = 0; i < N_TRAIN_MODELS; i++)
+        if (!strcmp(train_models[i].cli, model)) return train_models[i].zoo;
+    return NULL;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -38,7 +53,7 @@ static double now_s(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: lazyc train --data fashion-mnist [--data-dir D] [--model cnn]\n"
+            "usage: lazyc train --data fashion-mnist [--data-dir D] [--model cnn|resnet18]\n"
             "                   [--epochs N] [--batch B] [--lr LR] [--weight-decay WD]\n"
             "                   [--optimizer adamw|sgd] [--schedule cosine|none] [--seed S]\n"
             "                   [--save CKPT] [--resume CKPT] [--summary FILE]\n"
@@ -48,7 +63,9 @@ static void usage(FILE *f)
             "train-out/summary.json. The last partial training batch is dropped; the test\n"
             "set is evaluated whole. The cosine schedule spans --schedule-epochs (default\n"
             "--epochs); a checkpoint remembers it, so `--epochs 1 --schedule-epochs 2 --save C`\n"
-            "then `--epochs 2 --resume C` equals one 2-epoch run bit for bit.\n");
+            "then `--epochs 2 --resume C` equals one 2-epoch run bit for bit.\n"
+            "resnet18 is torchvision's ResNet-18 with a 3x3 stride-1 stem from 1 channel\n"
+            "and no max-pool, for 28x28 images (models/resnet.c).\n");
 }
 
 /* in = {x, y}; out[0] = loss. The captured training step. */
@@ -211,7 +228,13 @@ static int parse(int argc, char **argv, train_opts *o)
         fprintf(stderr, "lazyc train: --data fashion-mnist is required (the only data set)\n");
         return -1;
     }
-    if (strcmp(o->model, "cnn")) { fprintf(stderr, "lazyc train: unknown --model '%s' (cnn)\n", o->model); return -1; }
+    if (!zoo_name(o->model)) {
+        fprintf(stderr, "lazyc train: unknown --model '%s' (", o->model);
+        for (int i = 0; i < N_TRAIN_MODELS; i++)
+            fprintf(stderr, "%s%s", i ? (i == N_TRAIN_MODELS - 1 ? " or " : ", ") : "", train_models[i].cli);
+        fprintf(stderr, ")\n");
+        return -1;
+    }
     if (strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd")) {
         fprintf(stderr, "lazyc train: unknown --optimizer '%s' (adamw or sgd)\n", o->optimizer);
         return -1;
@@ -261,7 +284,7 @@ int lz_cmd_train(int argc, char **argv)
     lo.batch = 1000 < lz_dataset_size(te) ? 1000 : lz_dataset_size(te);
     lz_loader *test = lz_loader_new(te, lo);
     lz_manual_seed((uint64_t)o.seed);
-    trainer t = {.model = lz_model_new(o.model, "smoke", (uint64_t)o.seed)};
+    trainer t = {.model = lz_model_new(zoo_name(o.model), "smoke", (uint64_t)o.seed)};
     int status = 1;
     lz_fn *step_fn = NULL, *eval_fn = NULL;
     FILE *sum = NULL;
@@ -299,7 +322,7 @@ int lz_cmd_train(int argc, char **argv)
     printf("training %s on %lld Fashion-MNIST images (%lld steps of %ld per epoch), testing on %lld\n",
            o.model, (long long)lz_dataset_size(tr), (long long)per_epoch, o.batch, (long long)lz_dataset_size(te));
     double train_s = 0, t_start = now_s(), acc = NAN;
-    int64_t images = 0;
+    int64_t images = 0, steps_run = 0, step_execs = 0;   /* captured: one execution per step */
     for (long epoch = first_epoch; epoch < o.epochs; epoch++) {
         lz_loader_start_epoch(train, (int)epoch);
         double t0 = now_s(), loss_sum = 0;
@@ -311,7 +334,11 @@ int lz_cmd_train(int argc, char **argv)
                 if (t.adamw) lz_adamw_set_lr(t.adamw, lr); else lz_sgd_set_lr(t.sgd, lr);
             }
             lz_tensor *in[2] = {x, y}, *out[1] = {NULL};
-            if (lz_call(step_fn, in, out) != 0) {
+            int64_t execs_before = lz_metrics_get().executions;
+            int called = lz_call(step_fn, in, out);
+            step_execs += lz_metrics_get().executions - execs_before;
+            steps_run++;
+            if (called != 0) {
                 fprintf(stderr, "\nlazyc train: step %ld failed: %s\n", step, lz_last_error());
                 lz_free(x); lz_free(y); lz_free(prev);
                 goto done;
@@ -342,8 +369,9 @@ int lz_cmd_train(int argc, char **argv)
         }
     }
     double wall = now_s() - t_start;
-    fprintf(sum, "], \"test_accuracy\": %.6f, \"wall_s\": %.3f, \"images_per_s\": %.1f}\n", acc, wall,
-            train_s > 0 ? images / train_s : 0.0);
+    fprintf(sum, "], \"test_accuracy\": %.6f, \"wall_s\": %.3f, \"images_per_s\": %.1f, \"steps\": %lld, "
+            "\"executions\": %lld}\n", acc, wall, train_s > 0 ? images / train_s : 0.0, (long long)steps_run,
+            (long long)step_execs);
     printf("test accuracy %.4f; %.1f s; %.0f training images/s; summary in %s\n", acc, wall,
            train_s > 0 ? images / train_s : 0.0, o.summary);
     status = 0;

@@ -5,11 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
+#include "core/thread.h"
+
 static int no_grad_depth;
 
-void lz_no_grad_begin(void) { no_grad_depth++; }
-void lz_no_grad_end(void) { if (no_grad_depth) no_grad_depth--; }
+void lz_no_grad_begin(void)
+{
+    if (!lz_owner_check("lz_no_grad_begin")) no_grad_depth++;
+}
+void lz_no_grad_end(void)
+{
+    if (!lz_owner_check("lz_no_grad_end") && no_grad_depth) no_grad_depth--;
+}
 int  lz_grad_enabled(void) { return no_grad_depth == 0; }
+void lz_autograd_shutdown(void) { no_grad_depth = 0; }
 
 int lz_needs_grad(const lz_tensor *t) { return t && (t->requires_grad || t->ag); }
 
@@ -42,14 +52,21 @@ void lz_ag_free(lz_ag *ag)
 
 void lz_requires_grad(lz_tensor *t, int on)
 {
-    if (t) t->requires_grad = on != 0;
+    if (!t || lz_owner_check("lz_requires_grad")) return;
+    /* a gradient of integers has no meaning (torch refuses it too) */
+    if (on && t->node->dtype != LZ_F32) {
+        lz_errorf("lz_requires_grad: tensor is %s; only f32 tensors can require grad",
+                  lz_dtype_name((lz_dtype)t->node->dtype));
+        return;
+    }
+    t->requires_grad = on != 0;
 }
 
-lz_tensor *lz_grad(lz_tensor *t) { return t ? t->grad : NULL; }
+lz_tensor *lz_grad(lz_tensor *t) { return t && !lz_owner_check("lz_grad") ? t->grad : NULL; }
 
 void lz_zero_grad(lz_tensor *t)
 {
-    if (!t || !t->grad) return;
+    if (!t || lz_owner_check("lz_zero_grad") || !t->grad) return;
     lz_tensor_unref(t->grad);
     t->grad = NULL;
 }

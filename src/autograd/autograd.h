@@ -30,5 +30,7 @@ void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
                   int n_in, lz_tensor *const *in, const lz_attrs *attrs);
 void lz_ag_free(lz_ag *ag);
 int  lz_grad_enabled(void);
+/* Closes any open no-grad section (lz_shutdown). */
+void lz_autograd_shutdown(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/thread.h"
 
 typedef struct tvec { lz_tensor **v; int n, cap; } tvec;
 
@@ -66,6 +67,7 @@ static uint32_t pass_epoch;
 int lz_backward(lz_tensor *loss)
 {
     if (!loss) return lz_errorf_int("lz_backward: loss is NULL");
+    if (lz_owner_check("lz_backward")) return -1;
     if (lz_node_numel(loss->node) != 1) {
         char s[96];
         return lz_errorf_int("lz_backward: loss %s has %lld elements, not 1",

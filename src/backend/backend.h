@@ -14,12 +14,17 @@ typedef struct lz_backend {
     void  (*free)(void *p, size_t nbytes);
     void  (*to_device)(void *dst, const void *src, size_t nbytes);
     void  (*to_host)(void *dst, const void *src, size_t nbytes);
+    /* Device to device; the executor uses it to keep state a failed run
+       would have updated. */
+    void  (*copy)(void *dst, const void *src, size_t nbytes);
     /* Prepares kernels for p (which outlives the result). NULL + error. */
     lz_backend_exec *(*prepare)(const lz_program *p);
     /* Runs on the executor thread. ptrs[v] is value v's memory. Returns NULL
        or a message naming the failing op. */
     const char *(*run)(lz_backend_exec *e, void *const *ptrs);
     void  (*release)(lz_backend_exec *e);
+    /* Returns memory the backend keeps for reuse to the system (lz_shutdown). */
+    void  (*trim)(void);
 } lz_backend;
 
 const lz_backend *lz_backend_cpu(void);

@@ -29,3 +29,9 @@ int64_t lz_device_bytes_now(void) { return atomic_load(&bytes_now); }
 int64_t lz_device_peak_bytes(void) { return atomic_load(&bytes_peak); }
 void lz_device_peak_reset(void) { atomic_store(&bytes_peak, atomic_load(&bytes_now)); }
 
+void lz_device_trim(void)
+{
+    const lz_backend *b = lz_backend_current();
+    if (b->trim) b->trim();
+}
+

@@ -12,5 +12,7 @@ int64_t lz_device_bytes_now(void);
 int64_t lz_device_peak_bytes(void);
 /* Restarts the peak from the bytes held now (lz_metrics_reset). */
 void    lz_device_peak_reset(void);
+/* Hands the backend's cached free memory back to the system (lz_shutdown). */
+void    lz_device_trim(void);
 
 #endif

@@ -91,6 +91,7 @@ lz_executable *lz_compile(const lz_graph *g)
     assert(e->sig);
     memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
     lower(g, &e->prog);
+    lz_fuse(&e->prog);
     lz_plan_memory(&e->prog);
     e->backend = lz_backend_current();
     e->bexec = e->backend->prepare(&e->prog);
@@ -101,9 +102,10 @@ lz_executable *lz_compile(const lz_graph *g)
     if (e->prog.arena_bytes) {
         e->arena = lz_device_alloc(e->prog.arena_bytes);
         if (!e->arena) {
+            size_t nbytes = e->prog.arena_bytes;   /* e is gone after the unref */
             lz_executable_unref(e);
-            return lz_errorf("out of device memory for a %zu-byte executable arena",
-                             e->prog.arena_bytes);
+            return lz_errorf("device allocation of %zu bytes for an executable arena failed "
+                             "(out of device memory)", nbytes);
         }
     }
     return e;
@@ -123,7 +125,12 @@ void lz_executable_unref(lz_executable *e)
 
 void lz_program_free(lz_program *p)
 {
-    for (int i = 0; i < p->n_steps; i++) free(p->steps[i].in);
+    for (int i = 0; i < p->n_steps; i++) {
+        lz_fused *f = p->steps[i].fused;
+        for (int k = 0; f && k < f->n_ops; k++) free(f->ops[k].in);
+        free(f);
+        free(p->steps[i].in);
+    }
     free(p->steps);
     free(p->values);
     memset(p, 0, sizeof *p);

@@ -52,6 +52,8 @@ static void give(freelist *f, size_t off, size_t size)
     f->v[f->n++] = (block){off, size};
 }
 
+static int n_extra(const lz_step *s) { return s->fused ? s->fused->n_extra : 0; }
+
 void lz_plan_memory(lz_program *p)
 {
     int *last_use = malloc(sizeof *last_use * (size_t)(p->n_values ? p->n_values : 1));
@@ -59,16 +61,22 @@ void lz_plan_memory(lz_program *p)
     for (int v = 0; v < p->n_values; v++) last_use[v] = -1;
     for (int i = 0; i < p->n_steps; i++) {
         last_use[p->steps[i].out] = i;
+        for (int k = 0; k < n_extra(&p->steps[i]); k++) last_use[p->steps[i].fused->extra[k]] = i;
         for (int k = 0; k < p->steps[i].n_in; k++) last_use[p->steps[i].in[k]] = i;
     }
     freelist f = {0};
     for (int i = 0; i < p->n_steps; i++) {
-        lz_value *out = &p->values[p->steps[i].out];
-        if (out->kind == LZ_VALUE_TEMP)
-            out->offset = take(&f, (out->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+        const lz_step *s = &p->steps[i];
+        /* a fused step writes its extra results too: all are placed
+           before any input is freed */
+        for (int k = -1; k < n_extra(s); k++) {
+            lz_value *out = &p->values[k < 0 ? s->out : s->fused->extra[k]];
+            if (out->kind == LZ_VALUE_TEMP)
+                out->offset = take(&f, (out->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+        }
         /* freed after the step, so no kernel writes over its own inputs */
-        for (int k = -1; k < p->steps[i].n_in; k++) {
-            int v = k < 0 ? p->steps[i].out : p->steps[i].in[k];
+        for (int k = -1 - n_extra(s); k < s->n_in; k++) {
+            int v = k == -1 ? s->out : k < -1 ? s->fused->extra[-2 - k] : s->in[k];
             lz_value *val = &p->values[v];
             if (val->kind != LZ_VALUE_TEMP || last_use[v] != i) continue;
             last_use[v] = -2; /* an input listed twice is freed once */

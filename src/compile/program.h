@@ -19,6 +19,8 @@ typedef struct lz_value {
     size_t  offset;          /* arena offset, for temps */
 } lz_value;
 
+struct lz_fused;
+
 typedef struct lz_step {
     uint16_t op;             /* lz_op: backends dispatch on it */
     int      out;            /* value index */
@@ -26,7 +28,35 @@ typedef struct lz_step {
     int     *in;             /* value indices */
     int64_t  iattr[LZ_MAX_IATTR];
     float    fattr[LZ_MAX_FATTR];
+    struct lz_fused *fused;  /* LZ_OP_FUSED_ELEMENTWISE only, owned by the program */
 } lz_step;
+
+/* Where a micro-op of a fused step reads an operand. */
+enum {
+    LZ_FUSED_TILE,           /* the result of an earlier micro-op (`ref` is its index) */
+    LZ_FUSED_CONTIG,         /* value `ref` in memory, same element order as the group */
+    LZ_FUSED_SCALAR,         /* value `ref`, one element read for every element */
+    LZ_FUSED_BCAST,          /* value `ref` broadcast to the micro-op's output shape */
+};
+
+#define LZ_FUSED_MAX_OPS 16
+#define LZ_FUSED_MAX_IN 2
+
+typedef struct lz_fused_arg { int kind, ref; } lz_fused_arg;
+
+/* A chain of element-wise steps over `numel` elements, run as one pass
+   (compile/fuse.c). ops are the original steps in order; a result marked
+   in `store` is written to its value's memory (a graph output, or read by
+   a later step), the others live only in the kernel's tiles. */
+typedef struct lz_fused {
+    int      n_ops;
+    int64_t  numel;
+    lz_step  ops[LZ_FUSED_MAX_OPS];
+    lz_fused_arg args[LZ_FUSED_MAX_OPS][LZ_FUSED_MAX_IN];
+    uint8_t  store[LZ_FUSED_MAX_OPS];
+    int      n_extra;        /* stored results besides the step's `out` */
+    int      extra[LZ_FUSED_MAX_OPS];
+} lz_fused;
 
 typedef struct lz_program {
     int       n_values;
@@ -39,5 +69,14 @@ typedef struct lz_program {
 } lz_program;
 
 void lz_program_free(lz_program *p);
+
+/* Replaces runs of element-wise steps with fused steps, unless fusion is
+   off (fuse.c). Runs before the memory plan. */
+void lz_fuse(lz_program *p);
+/* Whether lz_fuse fuses: LZ_FUSION=0 in the environment (read once) turns
+   it off; lz_fusion_set overrides that (1 on, 0 off, -1 back to the
+   environment) for tests. Executables already compiled keep their steps. */
+int  lz_fusion_enabled(void);
+void lz_fusion_set(int on);
 
 #endif

@@ -26,6 +26,7 @@
 #include "core/metrics.h"
 #include "core/step.h"
 #include "core/tensor.h"
+#include "core/thread.h"
 #include "runtime/executor.h"
 
 enum { SRC_INPUT, SRC_TENSOR, SRC_CONST };
@@ -59,6 +60,8 @@ typedef struct trace {
     lz_tensor **state;       /* owned; updated in place on replay */
     int *state_slot;
     lz_tensor **grad_of;     /* per state tensor: the leaf whose grad it is (owned), or NULL */
+    int *keep;               /* per output slot: the input slot of the state value it
+                                replaces, or -1 (lz_executor_enqueue) */
     struct trace *next;
 } trace;
 
@@ -72,6 +75,8 @@ struct lz_fn {
 
 static lz_fn *tracing;
 static const char *break_reason;
+
+int lz_capture_tracing(void) { return tracing != NULL; }
 
 void lz_capture_note_break(const char *reason)
 {
@@ -138,8 +143,10 @@ static void clear_capture(trace *tr)
     }
     free(tr->slots); free(tr->outputs); free(tr->returned); free(tr->state); free(tr->state_slot);
     free(tr->grad_of);
+    free(tr->keep);
     tr->slots = NULL; tr->outputs = NULL; tr->returned = NULL; tr->state = NULL; tr->state_slot = NULL;
     tr->grad_of = NULL;
+    tr->keep = NULL;
     tr->n_slots = tr->n_outputs = tr->n_state = 0;
     tr->captured = 0;
 }
@@ -154,7 +161,7 @@ static void free_trace(trace *tr)
 
 void lz_fn_free(lz_fn *f)
 {
-    if (!f) return;
+    if (!f || lz_owner_check("lz_fn_free")) return;
     for (trace *tr = f->traces, *next; tr; tr = next) {
         next = tr->next;
         free_trace(tr);
@@ -171,7 +178,7 @@ static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
     for (int j = 0; j < f->n_out; j++) lz_keep(out[j]);
     lz_scope_end();
     for (int j = 0; rc == 0 && j < f->n_out; j++)
-        if (!out[j]) rc = -1;
+        if (!out[j]) rc = lz_errorf_int("lz_call: the step function returned 0 but left output %d NULL", j);
     if (rc != 0) {
         for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
         if (!lz_last_error()) lz_errorf("lz_call: the step function failed");
@@ -270,6 +277,29 @@ static binding bind_leaf(const lz_fn *f, lz_tensor *const *in, const snapshot *s
     return b;
 }
 
+/* The roots of a trace's graph: the returned pending tensors first, then
+   every other pending tensor, which is state (into state, if given). A
+   warm-up trace cuts the same roots in the same order as the capture that
+   follows, so the two are one graph and compile once. */
+static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node ***roots,
+                       lz_tensor ***state, int *n_state)
+{
+    int n_live = lz_live_count(), n_roots = 0, ns = 0;
+    *roots = malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
+    lz_tensor **st = malloc(sizeof *st * (size_t)(n_live + 1));
+    assert(*roots && st);
+    for (int j = 0; j < f->n_out; j++)
+        if (!out[j]->node->buf) (*roots)[n_roots++] = out[j]->node;
+    for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
+        if (is_returned(t, out, f->n_out) && t->capture_epoch != epoch) continue;
+        (*roots)[n_roots++] = t->node;
+        st[ns++] = t;
+    }
+    if (state) { *state = st; *n_state = ns; }
+    else free(st);
+    return n_roots;
+}
+
 static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
 {
     /* trace only this call's work */
@@ -294,32 +324,29 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
         drop_snapshot(&s);
-        lz_mark_step();
-        lz_counters.mark_steps--;
-        return 0;
+        rc = lz_step_all();
+        if (rc != 0)
+            for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+        return rc;
     }
     if (!tr) tr = new_trace(f, in);
     if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
         tr->warmed_up = 1;
+        lz_node **roots;
+        int n_roots = trace_roots(f, out, s.epoch, &roots, NULL, NULL);
+        rc = n_roots ? lz_run_roots(roots, n_roots) : 0;
+        free(roots);
         drop_snapshot(&s);
-        lz_mark_step();
-        lz_counters.mark_steps--;
-        return 0;
+        if (rc != 0)
+            for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+        return rc;
     }
     tr->warmed_up = 1;
 
-    /* roots: returned pending tensors first, then every other pending tensor */
-    int n_live = lz_live_count();
-    lz_node **roots = malloc(sizeof *roots * (size_t)(f->n_out + n_live + 1));
-    lz_tensor **state = malloc(sizeof *state * (size_t)(n_live + 1));
-    int n_roots = 0, n_state = 0;
-    for (int j = 0; j < f->n_out; j++)
-        if (!out[j]->node->buf) roots[n_roots++] = out[j]->node;
-    for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
-        if (is_returned(t, out, f->n_out) && t->capture_epoch != s.epoch) continue;
-        roots[n_roots++] = t->node;
-        state[n_state++] = t;
-    }
+    lz_node **roots;
+    lz_tensor **state;
+    int n_state;
+    int n_roots = trace_roots(f, out, s.epoch, &roots, &state, &n_state);
     double t0 = lz_now_ms();
     lz_graph g;
     lz_graph_cut(&g, roots, n_roots);
@@ -327,7 +354,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_counters.trace_ms += lz_now_ms() - t0;
     free(roots);
     lz_executable *exe = lz_find_or_compile(&g);
-    if (!exe) rc = -1;
+    if (!exe) rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
     else if (tr->exe && !lz_graph_same(tr->exe->sig, tr->exe->sig_len, g.sig, g.sig_len)) {
         rc = lz_errorf_int("lz_call: the step function recorded a different graph on a re-trace "
                            "with the same input shapes; a captured function must record the same ops");
@@ -380,10 +407,20 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                 lz_tensor_ref(s.t[k]);
             }
     }
+    /* a failed replay leaves each state tensor at the value it read */
+    tr->keep = malloc(sizeof *tr->keep * (size_t)(g.n_outputs + 1));
+    assert(tr->keep);
+    for (int o = 0; o < g.n_outputs; o++) tr->keep[o] = -1;
+    for (int i = 0; i < n_state; i++)
+        for (int k = 0; k < tr->n_slots; k++)
+            if (tr->slots[k].kind == SRC_TENSOR && tr->slots[k].t == state[i] && tr->state_slot[i] >= 0)
+                tr->keep[tr->state_slot[i]] = k;
     rc = lz_execute_graph(&g, exe);
     lz_graph_release(&g);
     drop_snapshot(&s);
     tr->captured = rc == 0;
+    if (rc != 0)
+        for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
     return rc;
 }
 
@@ -439,9 +476,10 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         if (!outb[made]) { rc = -1; break; }
     }
     if (rc == 0) {
-        lz_executor_enqueue(tr->exe, inb, outb);
+        lz_executor_enqueue(tr->exe, inb, outb, tr->keep);
         lz_counters.executions++;
         lz_counters.flops += tr->exe->prog.flops;
+        lz_counters.kernels += tr->exe->prog.n_steps;
         lz_counters.capture_replays++;
         for (int j = 0; j < f->n_out; j++) {
             const binding *b = &tr->returned[j];
@@ -468,12 +506,18 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     for (int o = 0; o < made; o++) lz_buffer_unref(outb[o]);
     if (inb != in_small) free(inb);
     if (outb != out_small) free(outb);
+    if (rc != 0) {
+        /* nothing enqueued: the state was not touched and keeps its values */
+        for (int j = 0; j < f->n_out; j++) out[j] = NULL;
+        lz_executor_note_error(lz_last_error());
+    }
     return rc;
 }
 
 int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
 {
     if (!f) return lz_errorf_int("lz_call: captured function is NULL");
+    if (lz_owner_check("lz_call")) return -1;
     if ((f->n_in && !in) || (f->n_out && !out))
         return lz_errorf_int("lz_call: %s array is NULL", f->n_in && !in ? "input" : "output");
     for (int k = 0; k < f->n_in; k++)
@@ -482,7 +526,10 @@ int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
     if (f->fallback || lz_is_eager()) {
         if (f->fallback) lz_counters.capture_fallbacks++;
         int rc = run_function(f, in, out);
-        if (rc == 0) { lz_mark_step(); lz_counters.mark_steps--; }
+        if (rc == 0 && lz_step_all() != 0) {
+            for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+            rc = -1;
+        }
         return rc;
     }
     trace *tr = f->traces;

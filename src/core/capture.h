@@ -5,5 +5,7 @@
 
 /* Notes a graph break if a capture is tracing (no-op otherwise). */
 void lz_capture_note_break(const char *reason);
+/* 1 while a step function is being traced. */
+int  lz_capture_tracing(void);
 
 #endif

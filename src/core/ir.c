@@ -165,7 +165,11 @@ const char *lz_op_name(lz_op op)
         [LZ_OP_AVG_POOL2D] = "avg_pool2d", [LZ_OP_AVG_POOL2D_GRAD] = "avg_pool2d_grad",
         [LZ_OP_ADAPTIVE_AVG_POOL2D] = "adaptive_avg_pool2d",
         [LZ_OP_ADAPTIVE_AVG_POOL2D_GRAD] = "adaptive_avg_pool2d_grad",
+        [LZ_OP_BATCH_NORM_STATS] = "batch_norm_stats", [LZ_OP_BATCH_NORM] = "batch_norm",
+        [LZ_OP_BATCH_NORM_GRAD_STATS] = "batch_norm_grad_stats",
+        [LZ_OP_BATCH_NORM_GRAD] = "batch_norm_grad",
         [LZ_OP_TEST_GATE] = "test_gate",
+        [LZ_OP_FUSED_ELEMENTWISE] = "fused_elementwise",
     };
     return op < LZ_OP_COUNT && names[op] ? names[op] : "unknown";
 }

@@ -73,7 +73,16 @@ typedef enum lz_op {
     LZ_OP_AVG_POOL2D_GRAD,    /* (g) -> x shape (node shape), same iattr */
     LZ_OP_ADAPTIVE_AVG_POOL2D,      /* (x) -> [N, C, oh, ow] (node shape) */
     LZ_OP_ADAPTIVE_AVG_POOL2D_GRAD, /* (g) -> x shape (node shape) */
+    /* training-mode batch norm over axis 1 of x [N, C, ...], fused */
+    LZ_OP_BATCH_NORM_STATS,     /* (x) -> [2, C]: mean, biased variance */
+    LZ_OP_BATCH_NORM,           /* (x, stats, eps 0-d[, weight][, bias]); iattr[0] has
+                                   weight, iattr[1] has bias -> x shape */
+    LZ_OP_BATCH_NORM_GRAD_STATS,/* (x, stats, eps, g) -> [2, C]: sum g, sum g * xhat */
+    LZ_OP_BATCH_NORM_GRAD,      /* (x, stats, eps, g, gstats[, weight]); iattr[0] has
+                                   weight -> dx, the gradient through the batch stats too */
     LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
+    LZ_OP_FUSED_ELEMENTWISE, /* made by the compiler only (compile/fuse.c): a chain of
+                           element-wise steps run as one pass (lz_step.fused) */
     LZ_OP_COUNT
 } lz_op;
 

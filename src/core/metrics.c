@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "backend/memory.h"
+#include "core/thread.h"
 
 lz_metrics lz_counters;
 static double execute_ms;
@@ -27,6 +28,9 @@ void lz_metrics_add_execute_ms(double ms)
 
 lz_metrics lz_metrics_get(void)
 {
+    /* The counters are plain integers the recording thread bumps: another
+       thread's read would race with it (zeros and an error instead). */
+    if (lz_owner_check("lz_metrics_get")) return (lz_metrics){0};
     lz_metrics m = lz_counters;
     pthread_mutex_lock(&execute_mu);
     m.execute_ms = execute_ms;
@@ -37,6 +41,7 @@ lz_metrics lz_metrics_get(void)
 
 void lz_metrics_reset(void)
 {
+    if (lz_owner_check("lz_metrics_reset")) return;
     lz_metrics zero = {0};
     lz_counters = zero;
     pthread_mutex_lock(&execute_mu);
@@ -47,6 +52,7 @@ void lz_metrics_reset(void)
 
 char *lz_metrics_report(void)
 {
+    if (lz_owner_check("lz_metrics_report")) return NULL;
     lz_metrics m = lz_metrics_get();
     char *s = malloc(2048);
     if (!s) return NULL;
@@ -68,12 +74,14 @@ char *lz_metrics_report(void)
              "  compile_ms            %.3f\n"
              "  execute_ms            %.3f\n"
              "  wait_ms               %.3f\n"
-             "  flops                 %.4g\n",
+             "  flops                 %.4g\n"
+             "  kernels               %lld\n",
              (long long)m.mark_steps, (long long)m.graphs, (long long)m.executions,
              (long long)m.compiles, (long long)m.cache_hits, (long long)m.ir_nodes,
              (long long)m.transfers_to_device, (long long)m.transfers_from_device,
              (long long)m.host_waits, (long long)m.capture_replays,
              (long long)m.capture_fallbacks, (long long)m.peak_bytes,
-             m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms, m.flops);
+             m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms, m.flops,
+             (long long)m.kernels);
     return s;
 }

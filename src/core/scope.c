@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/tensor.h"
+#include "core/thread.h"
 
 typedef struct scope {
     lz_tensor **items;       /* each holds a bookkeeping reference */
@@ -15,6 +16,7 @@ static int depth, depth_cap;
 
 void lz_scope_begin(void)
 {
+    if (lz_owner_check("lz_scope_begin")) return;
     if (depth == depth_cap) {
         depth_cap = depth_cap ? depth_cap * 2 : 8;
         scopes = realloc(scopes, sizeof *scopes * (size_t)depth_cap);
@@ -43,7 +45,7 @@ void lz_scope_register(lz_tensor *t)
 
 void lz_scope_end(void)
 {
-    if (!depth) return;
+    if (lz_owner_check("lz_scope_end") || !depth) return;
     scope s = scopes[--depth];
     for (int i = 0; i < s.n; i++) {
         lz_tensor *t = s.items[i];
@@ -68,7 +70,8 @@ void lz_scope_end(void)
    from one the scope still owns without a second list. */
 lz_tensor *lz_keep(lz_tensor *t)
 {
-    if (t && t->scope_level == depth && depth) t->scope_level = depth + 1000000;
+    if (!t || lz_owner_check("lz_keep")) return NULL;
+    if (t->scope_level == depth && depth) t->scope_level = depth + 1000000;
     return t;
 }
 
@@ -80,4 +83,12 @@ void lz_scope_release(lz_tensor *t)
 void lz_scope_forget(lz_tensor *t)
 {
     if (t->scope_level) t->scope_level = 0;
+}
+
+void lz_scope_shutdown(void)
+{
+    while (depth) lz_scope_end();
+    free(scopes);
+    scopes = NULL;
+    depth_cap = 0;
 }

@@ -2,6 +2,7 @@
  * compile or hit -> enqueue -> (later) read. */
 #include "core/step.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,11 +11,16 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/metrics.h"
+#include "core/thread.h"
 #include "runtime/executor.h"
 
 static int eager = -1;
 
-void lz_set_eager(int on) { eager = on ? 1 : 0; }
+void lz_set_eager(int on)
+{
+    if (!lz_owner_check("lz_set_eager")) eager = on ? 1 : 0;
+}
+void lz_step_shutdown(void) { eager = -1; }
 
 int lz_is_eager(void)
 {
@@ -41,8 +47,86 @@ lz_executable *lz_find_or_compile(const lz_graph *g)
     return exe;
 }
 
+typedef struct id_slot { uint64_t id; int slot; } id_slot;
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const id_slot *)a)->id, y = ((const id_slot *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* Per output of g: the input slot holding the value that the tensors
+   rooted there had before their update (prev_buf_id), or -1 (a new value,
+   or tensors that disagree). A failed step leaves those outputs at that
+   value: parameters and optimizer state stay as they were. Every pending
+   tensor is in the live registry. NULL when nothing is kept. */
+static int *keep_slots(const lz_graph *g)
+{
+    int *keep = malloc(sizeof *keep * (size_t)(g->n_outputs + 1));
+    int *out_of = malloc(sizeof *out_of * (size_t)(g->n_nodes + 1));
+    id_slot *ids = malloc(sizeof *ids * (size_t)(g->n_inputs + 1));
+    int kept = 0;
+    if (keep && out_of && ids) {
+        for (int o = 0; o < g->n_outputs; o++) keep[o] = -1;
+        for (int v = 0; v < g->n_nodes; v++) out_of[v] = -1;
+        for (int o = 0; o < g->n_outputs; o++) out_of[g->outputs[o]->cut_index] = o;
+        for (int k = 0; k < g->n_inputs; k++) ids[k] = (id_slot){g->inputs[k]->buf->id, k};
+        qsort(ids, (size_t)g->n_inputs, sizeof *ids, by_id);
+        for (const lz_tensor *t = lz_live_first(); t; t = t->live_next) {
+            const lz_node *node = t->node;
+            int ci = node->cut_index;
+            if (!t->prev_buf_id || node->buf || ci < 0 || ci >= g->n_nodes ||
+                g->nodes[ci] != node || out_of[ci] < 0)
+                continue;
+            id_slot key = {t->prev_buf_id, 0};
+            const id_slot *hit = bsearch(&key, ids, (size_t)g->n_inputs, sizeof *ids, by_id);
+            int o = out_of[ci], slot = hit ? hit->slot : -1;
+            if (keep[o] == -1 && slot >= 0) keep[o] = slot, kept++;
+            else if (keep[o] != slot) keep[o] = -2;   /* two tensors, two previous values */
+        }
+        for (int o = 0; o < g->n_outputs; o++)
+            if (keep[o] == -2) keep[o] = -1;
+    }
+    free(out_of);
+    free(ids);
+    if (!kept) { free(keep); keep = NULL; }
+    return keep;
+}
+
+/* A step that fails before it is enqueued (compile, an output allocation)
+   ends like one that fails on the executor: its results report the error
+   when read, what it updated keeps its previous value, and the next
+   lz_wait reports it. Nothing is left pending to be applied later. */
+static void fail_outputs(const lz_graph *g, const int *keep)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", lz_last_error() ? lz_last_error() : "a step failed");
+    for (int o = 0; o < g->n_outputs; o++) {
+        const lz_node *n = g->outputs[o];
+        lz_buffer *b;
+        if (keep && keep[o] >= 0) {
+            b = g->inputs[keep[o]]->buf;
+            lz_buffer_ref(b);
+        } else {
+            b = lz_buffer_failed((size_t)lz_node_numel(n) * lz_dtype_size((lz_dtype)n->dtype), msg);
+            if (!b) continue;   /* out of host memory: stays pending */
+        }
+        lz_node_materialise(g->outputs[o], b);
+        lz_buffer_unref(b);
+    }
+    lz_live_prune();
+    lz_executor_note_error(msg);
+    lz_errorf("%s", msg);
+}
+
 int lz_execute_graph(const lz_graph *g, lz_executable *exe)
 {
+    int *keep = keep_slots(g);
+    if (!exe) {
+        fail_outputs(g, keep);
+        free(keep);
+        return -1;
+    }
     lz_buffer *in_small[64], **in = in_small;
     lz_buffer *out_small[64], **out = out_small;
     if (g->n_inputs > 64) in = malloc(sizeof *in * (size_t)g->n_inputs);
@@ -56,13 +140,16 @@ int lz_execute_graph(const lz_graph *g, lz_executable *exe)
         if (!out[made]) { rc = -1; break; }
     }
     if (rc == 0) {
-        lz_executor_enqueue(exe, in, out);
+        lz_executor_enqueue(exe, in, out, keep);
         lz_counters.executions++;
         lz_counters.flops += exe->prog.flops;
+        lz_counters.kernels += exe->prog.n_steps;
         for (int o = 0; o < g->n_outputs; o++) lz_node_materialise(g->outputs[o], out[o]);
         lz_live_prune();
     }
     for (int o = 0; o < made; o++) lz_buffer_unref(out[o]);
+    if (rc) fail_outputs(g, keep);
+    free(keep);
     if (in != in_small) free(in);
     if (out != out_small) free(out);
     return rc;
@@ -76,31 +163,41 @@ int lz_run_roots(lz_node *const *roots, int n)
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     lz_executable *exe = lz_find_or_compile(&g);
-    int rc = exe ? lz_execute_graph(&g, exe) : -1;
+    int rc = lz_execute_graph(&g, exe);
     lz_executable_unref(exe);
     lz_graph_release(&g);
     return rc;
 }
 
-void lz_mark_step(void)
+int lz_step_all(void)
 {
-    lz_capture_note_break("lz_mark_step");
-    lz_counters.mark_steps++;
     /* Nothing pending: no graph, no queue, no lock. */
-    if (!lz_live_count()) return;
+    if (!lz_live_count()) return 0;
     lz_live_prune();
     int n = lz_live_count();
-    if (!n) return;
+    if (!n) return 0;
     lz_node **roots = malloc(sizeof *roots * (size_t)n);
+    if (!roots) return lz_errorf_int("out of memory cutting a graph of %d tensors", n);
     int k = 0;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) roots[k++] = t->node;
     /* The roots stay referenced by their tensors while the graph is cut. */
-    lz_run_roots(roots, k);
+    int rc = lz_run_roots(roots, k);
     free(roots);
+    return rc;
+}
+
+void lz_mark_step(void)
+{
+    if (lz_owner_check("lz_mark_step")) return;
+    lz_capture_note_break("lz_mark_step");
+    lz_counters.mark_steps++;
+    /* a failure is reported by the next read of a result, or lz_wait */
+    lz_step_all();
 }
 
 int lz_sync(lz_tensor *const *ts, int n, int wait)
 {
+    if (lz_owner_check("lz_sync")) return -1;
     lz_capture_note_break("lz_sync");
     return lz_sync_tensors(ts, n, wait);
 }
@@ -110,6 +207,7 @@ int lz_sync_tensors(lz_tensor *const *ts, int n, int wait)
     if (n < 0 || (n > 0 && !ts)) return lz_errorf_int("lz_sync: bad tensor list (n = %d)", n);
     if (lz_check_operands("lz_sync", n, ts)) return -1;
     lz_node **roots = malloc(sizeof *roots * (size_t)(n ? n : 1));
+    if (!roots) return lz_errorf_int("lz_sync: out of memory");
     int k = 0;
     for (int i = 0; i < n; i++)
         if (!ts[i]->node->buf) roots[k++] = ts[i]->node;
@@ -122,6 +220,7 @@ int lz_sync_tensors(lz_tensor *const *ts, int n, int wait)
 
 int lz_wait(void)
 {
+    if (lz_owner_check("lz_wait")) return -1;
     lz_capture_note_break("lz_wait");
     return lz_executor_wait_all();
 }

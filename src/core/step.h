@@ -6,8 +6,16 @@
 
 /* Cuts one graph for the pending nodes roots[0..n), finds or compiles its
    executable, enqueues one execution and materialises the roots on
-   placeholder buffers. 0, or -1 with the error set (nothing enqueued). */
+   placeholder buffers. 0, or -1 with the error set: then nothing is
+   enqueued and the roots are data already, failed or at their previous
+   values (lz_execute_graph). */
 int lz_run_roots(lz_node *const *roots, int n);
+/* lz_mark_step without its counter and graph-break check: every pending
+   tensor as one graph. 0, or -1 as lz_run_roots. */
+int lz_step_all(void);
+
+/* Forgets lz_set_eager: the next use reads LZ_EAGER again (lz_shutdown). */
+void lz_step_shutdown(void);
 
 /* lz_sync without the graph-break check: for the library's own syncs. */
 int lz_sync_tensors(lz_tensor *const *ts, int n, int wait);
@@ -16,7 +24,12 @@ int lz_sync_tensors(lz_tensor *const *ts, int n, int wait);
 /* The executable for g: a cache hit, or a compile (counted). */
 lz_executable *lz_find_or_compile(const lz_graph *g);
 /* Enqueues one execution of exe for g and materialises g's outputs on new
-   placeholder buffers. 0, or -1 with the error set. */
+   placeholder buffers. A pending tensor whose value before its update is
+   an input of g is state: it keeps that value if the execution fails.
+   exe NULL (a failed compile), or an output that cannot be allocated:
+   nothing is enqueued, the outputs become data that reports the error
+   (state: its previous value), the next lz_wait reports it, and -1
+   returns with the error set. */
 int lz_execute_graph(const lz_graph *g, lz_executable *exe);
 
 #endif

@@ -2,12 +2,15 @@
 #include "core/tensor.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/step.h"
+#include "core/thread.h"
+#include "runtime/buffer.h"
 
 static lz_tensor *live_head;
 static int live_n;
@@ -64,6 +67,7 @@ lz_tensor *lz_tensor_wrap(lz_node *node)
 void lz_tensor_set_node(lz_tensor *t, lz_node *node)
 {
     lz_node *old = t->node;
+    if (old->buf && !node->buf) t->prev_buf_id = old->buf->id;
     t->node = node;
     lz_node_unref(old);
     if (node->buf) live_remove(t);
@@ -87,19 +91,23 @@ void lz_tensor_unref(lz_tensor *t)
 
 lz_tensor *lz_retain(lz_tensor *t)
 {
-    if (t) t->refs++;
+    if (!t || lz_owner_check("lz_retain")) return NULL;
+    t->refs++;
     return t;
 }
 
 void lz_free(lz_tensor *t)
 {
-    if (!t) return;
+    /* From another thread the handle is left alone (leaked), not freed
+       under the recording thread's feet. */
+    if (!t || lz_owner_check("lz_free")) return;
     lz_scope_forget(t);
     lz_tensor_unref(t);
 }
 
 int lz_check_operands(const char *name, int n, lz_tensor *const *in)
 {
+    if (lz_owner_check(name)) return -1;
     for (int i = 0; i < n; i++) {
         if (in[i]) continue;
         if (!lz_last_error()) lz_errorf("%s: operand %d is NULL", name, i);
@@ -108,9 +116,56 @@ int lz_check_operands(const char *name, int n, lz_tensor *const *in)
     return 0;
 }
 
+enum { SHAPE_OK, BAD_DTYPE, BAD_NDIM, NULL_SHAPE, NEGATIVE_DIM, TOO_LARGE };
+
+static int shape_problem(lz_dtype dtype, int ndim, const int64_t *shape, uint64_t *nbytes)
+{
+    if (dtype != LZ_F32 && dtype != LZ_I64 && dtype != LZ_I32) return BAD_DTYPE;
+    if (ndim < 0 || ndim > LZ_MAX_DIMS) return BAD_NDIM;
+    if (ndim > 0 && !shape) return NULL_SHAPE;
+    uint64_t bytes = lz_dtype_size(dtype), span = bytes;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) return NEGATIVE_DIM;
+        uint64_t k = shape[d] ? (uint64_t)shape[d] : 1;
+        if (span > (uint64_t)LZ_MAX_TENSOR_BYTES / k) return TOO_LARGE;
+        span *= k;
+        bytes *= (uint64_t)shape[d];
+    }
+    *nbytes = bytes;
+    return SHAPE_OK;
+}
+
+int lz_shape_check(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, size_t *nbytes)
+{
+    uint64_t bytes = 0;
+    char s[96];
+    switch (shape_problem(dtype, ndim, shape, &bytes)) {
+    case BAD_DTYPE: return lz_errorf_int("%s: unknown dtype %d", op, (int)dtype);
+    case BAD_NDIM:
+        return lz_errorf_int("%s: ndim %d out of range [0, %d]", op, ndim, LZ_MAX_DIMS);
+    case NULL_SHAPE: return lz_errorf_int("%s: shape is NULL", op);
+    case NEGATIVE_DIM:
+        return lz_errorf_int("%s: negative dimension in shape %s", op, lz_shape_str(s, ndim, shape));
+    case TOO_LARGE:
+        return lz_errorf_int("%s: shape %s is too large (over 2^46 bytes of %s)", op,
+                             lz_shape_str(s, ndim, shape), lz_dtype_name(dtype));
+    }
+    if (nbytes) *nbytes = (size_t)bytes;
+    return 0;
+}
+
 lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
                      int n_in, lz_tensor *const *in, const lz_attrs *attrs)
 {
+    /* Shapes inferred from valid operands can still be too large (an
+       expand, a matmul of expanded operands, a huge pool output). */
+    uint64_t nbytes;
+    if (shape_problem(dtype, ndim, shape, &nbytes) != SHAPE_OK) {
+        char name[48];
+        snprintf(name, sizeof name, "lz_%s", lz_op_name(op));
+        lz_shape_check(name, dtype, ndim, shape, NULL);
+        return NULL;
+    }
     double t0 = lz_now_ms();
     lz_node *srcs_small[8], **srcs = srcs_small;
     if (n_in > 8) srcs = malloc(sizeof *srcs * (size_t)n_in);

@@ -23,6 +23,9 @@ struct lz_tensor {
     struct lz_ag *ag;        /* how this tensor was made, if it needs a grad */
     /* capture scratch: set on the tensors alive when a trace starts */
     uint32_t capture_epoch;
+    /* id of the buffer t held before its node became pending: a step that
+       fails leaves t at that value (core/step.c) */
+    uint64_t prev_buf_id;
     /* backward-pass scratch */
     uint32_t ag_epoch;
     lz_tensor *ag_acc;       /* gradient accumulated so far in this pass */
@@ -52,6 +55,8 @@ void       lz_scope_register(lz_tensor *t);
 void       lz_scope_release(lz_tensor *t);
 /* Drops a creation handle: the scope's ownership if it still has it. */
 void       lz_scope_forget(lz_tensor *t);
+/* Ends every open scope and frees the scope stack (lz_shutdown). */
+void       lz_scope_shutdown(void);
 
 /* Records a new op on tensors: checks for NULL operands (returning NULL
    with the first error kept), builds the node, wraps it, and, in eager
@@ -59,7 +64,19 @@ void       lz_scope_forget(lz_tensor *t);
 lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
                      int n_in, lz_tensor *const *in, const lz_attrs *attrs);
 /* Checks operands for NULL; sets "name: operand i is NULL" unless an error
-   is already set. Returns 0 when all are present. */
+   is already set. Returns 0 when all are present. Also the recording-thread
+   check every op starts with (core/thread.h). */
 int        lz_check_operands(const char *name, int n, lz_tensor *const *in);
+
+/* The largest tensor: 2^46 bytes (64 TiB), far above any real buffer and
+   far below where an element count, a byte size or a stride overflows. */
+#define LZ_MAX_TENSOR_BYTES (INT64_C(1) << 46)
+/* Checks a shape: dtype known, 0 <= ndim <= LZ_MAX_DIMS, shape non-NULL when
+   ndim > 0, no negative dimension, and the product of the dimensions (a 0
+   counted as 1, so that every stride fits as well) times the dtype size at
+   most LZ_MAX_TENSOR_BYTES. 0 and the byte size in *nbytes (may be NULL),
+   or -1 with "op: ..." set. The one place element counts are validated. */
+int        lz_shape_check(const char *op, lz_dtype dtype, int ndim, const int64_t *shape,
+                          size_t *nbytes);
 
 #endif

@@ -8,39 +8,15 @@
 #include "core/metrics.h"
 #include "core/step.h"
 #include "core/tensor.h"
+#include "core/thread.h"
 #include "runtime/executor.h"
 
 size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : 4; }
 
-static int valid_dtype(lz_dtype d) { return d == LZ_F32 || d == LZ_I64 || d == LZ_I32; }
-
-/* Checks a user-given shape; on success stores the byte size. */
-static int check_shape(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, size_t *nbytes)
-{
-    if (!valid_dtype(dtype)) return lz_errorf_int("%s: unknown dtype %d", op, (int)dtype);
-    if (ndim < 0 || ndim > LZ_MAX_DIMS)
-        return lz_errorf_int("%s: ndim %d out of range [0, %d]", op, ndim, LZ_MAX_DIMS);
-    if (ndim > 0 && !shape) return lz_errorf_int("%s: shape is NULL", op);
-    uint64_t n = lz_dtype_size(dtype);
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            char s[96];
-            return lz_errorf_int("%s: negative dimension in shape %s", op, lz_shape_str(s, ndim, shape));
-        }
-        if (shape[d] && n > (UINT64_C(1) << 46) / (uint64_t)shape[d]) {
-            char s[96];
-            return lz_errorf_int("%s: shape %s is too large", op, lz_shape_str(s, ndim, shape));
-        }
-        n *= (uint64_t)shape[d];
-    }
-    *nbytes = (size_t)n;
-    return 0;
-}
-
 static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, lz_buffer **bufp)
 {
     size_t nbytes = 0;
-    if (check_shape(op, dtype, ndim, shape, &nbytes)) return NULL;
+    if (lz_owner_check(op) || lz_shape_check(op, dtype, ndim, shape, &nbytes)) return NULL;
     lz_buffer *b = lz_buffer_new(nbytes);
     if (!b) return NULL;
     lz_node *n = lz_node_new_data(b, dtype, ndim, shape);
@@ -58,13 +34,17 @@ lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_
         lz_free(t);
         return lz_errorf("lz_from_host: data is NULL");
     }
-    memcpy(b->data, data, b->nbytes);
+    if (b->nbytes) memcpy(b->data, data, b->nbytes); /* data may be NULL then */
     lz_counters.transfers_to_device++;
     return t;
 }
 
 lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
 {
+    /* converting NaN or an out-of-range value to an integer is undefined */
+    if ((dtype == LZ_I64 && !(value >= -0x1p63 && value < 0x1p63)) ||
+        (dtype == LZ_I32 && !(value >= -0x1p31 && value < 0x1p31)))
+        return lz_errorf("lz_full: %g does not fit in %s", value, lz_dtype_name(dtype));
     lz_buffer *b;
     lz_tensor *t = new_data("lz_full", dtype, ndim, shape, &b);
     if (!t) return NULL;
@@ -87,19 +67,31 @@ lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape)
 
 lz_tensor *lz_scalar(float value) { return lz_from_host(&value, LZ_F32, 0, NULL); }
 
-int lz_ndim(const lz_tensor *t) { return t ? t->node->ndim : -1; }
+int lz_ndim(const lz_tensor *t)
+{
+    if (!t) return lz_errorf_int("lz_ndim: tensor is NULL");
+    return lz_owner_check("lz_ndim") ? -1 : t->node->ndim;
+}
 
 int64_t lz_dim(const lz_tensor *t, int axis)
 {
     if (!t) return lz_errorf_int("lz_dim: tensor is NULL");
+    if (lz_owner_check("lz_dim")) return -1;
     int nd = t->node->ndim;
     if (axis < -nd || axis >= nd) return lz_errorf_int("lz_dim: axis %d out of range for %d dims", axis, nd);
     return t->node->shape[axis < 0 ? axis + nd : axis];
 }
 
-int64_t lz_numel(const lz_tensor *t) { return t ? lz_node_numel(t->node) : -1; }
-lz_dtype lz_tensor_dtype(const lz_tensor *t) { return t ? (lz_dtype)t->node->dtype : LZ_F32; }
-int lz_is_pending(const lz_tensor *t) { return t && !t->node->buf; }
+int64_t lz_numel(const lz_tensor *t)
+{
+    if (!t) return lz_errorf_int("lz_numel: tensor is NULL");
+    return lz_owner_check("lz_numel") ? -1 : lz_node_numel(t->node);
+}
+lz_dtype lz_tensor_dtype(const lz_tensor *t)
+{
+    return t && !lz_owner_check("lz_tensor_dtype") ? (lz_dtype)t->node->dtype : LZ_F32;
+}
+int lz_is_pending(const lz_tensor *t) { return t && !lz_owner_check("lz_is_pending") && !t->node->buf; }
 
 /* Syncs t alone if pending, then waits for its buffer. */
 static int materialise_and_wait(const char *op, lz_tensor *t)
@@ -113,6 +105,7 @@ static int materialise_and_wait(const char *op, lz_tensor *t)
 int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
 {
     if (!t) return lz_errorf_int("lz_to_host: tensor is NULL");
+    if (lz_owner_check("lz_to_host")) return -1;
     size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
     if (nbytes != need) {
         char s[96];
@@ -122,7 +115,7 @@ int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
     }
     if (need && !dst) return lz_errorf_int("lz_to_host: destination is NULL");
     if (materialise_and_wait("lz_to_host", t)) return -1;
-    memcpy(dst, t->node->buf->data, need);
+    if (need) memcpy(dst, t->node->buf->data, need); /* dst may be NULL then */
     lz_counters.transfers_from_device++;
     return 0;
 }
@@ -130,6 +123,7 @@ int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
 float lz_item(lz_tensor *t)
 {
     if (!t) { lz_errorf("lz_item: tensor is NULL"); return NAN; }
+    if (lz_owner_check("lz_item")) return NAN;
     lz_capture_note_break("lz_item");
     if (lz_node_numel(t->node) != 1) {
         char s[96];
@@ -149,15 +143,20 @@ float lz_item(lz_tensor *t)
 int lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes)
 {
     if (!t) return lz_errorf_int("lz_copy_from_host: tensor is NULL");
+    if (lz_owner_check("lz_copy_from_host")) return -1;
     size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
-    if (nbytes != need)
-        return lz_errorf_int("lz_copy_from_host: tensor holds %zu bytes, source has %zu", need, nbytes);
+    if (nbytes != need) {
+        char s[96];
+        return lz_errorf_int("lz_copy_from_host: tensor %s %s holds %zu bytes, source has %zu",
+                             lz_shape_str(s, t->node->ndim, t->node->shape),
+                             lz_dtype_name((lz_dtype)t->node->dtype), need, nbytes);
+    }
     if (need && !data) return lz_errorf_int("lz_copy_from_host: data is NULL");
     /* A fresh buffer, not an overwrite: an execution in flight may still be
        reading the old one. */
     lz_buffer *b = lz_buffer_new(need);
     if (!b) return -1;
-    memcpy(b->data, data, need);
+    if (need) memcpy(b->data, data, need); /* data may be NULL then */
     lz_counters.transfers_to_device++;
     lz_node *n = lz_node_new_data(b, (lz_dtype)t->node->dtype, t->node->ndim, t->node->shape);
     lz_buffer_unref(b);
@@ -167,6 +166,7 @@ int lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes)
 
 int lz_assign(lz_tensor *dst, lz_tensor *src)
 {
+    if (lz_owner_check("lz_assign")) return -1;
     if (!dst || !src) {
         if (!lz_last_error()) lz_errorf("lz_assign: %s is NULL", dst ? "src" : "dst");
         return -1;

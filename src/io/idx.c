@@ -48,9 +48,23 @@ static int read_idx(const char *path, int want_ndim, int64_t *dims, uint8_t **da
         total *= (uint64_t)dims[d];
     }
     if (total > ((uint64_t)1 << 34)) { gzclose(f); return lz_errorf_int("%s: %llu elements is too many", path, (unsigned long long)total); }
-    *data = malloc(total ? total : 1);
+    /* The buffer grows as data arrives rather than trusting the header: a
+       corrupt 20-byte file must not make us allocate 16 GiB first. */
+    uint64_t have = 0, cap = total < (1u << 20) ? total : (1u << 20);
+    *data = malloc(cap ? cap : 1);
+    int short_read = 0;
+    while (*data && !short_read && have < total) {
+        if (have == cap) {
+            cap = cap * 2 < total ? cap * 2 : total;
+            uint8_t *grown = realloc(*data, cap);
+            if (!grown) { free(*data); *data = NULL; break; }
+            *data = grown;
+        }
+        short_read = read_all(f, *data + have, cap - have) != 0;
+        have = cap;
+    }
     if (!*data) { gzclose(f); return lz_errorf_int("%s: out of memory for %llu bytes", path, (unsigned long long)total); }
-    if (read_all(f, *data, total)) {
+    if (short_read) {
         free(*data);
         gzclose(f);
         return lz_errorf_int("%s: truncated: the header promises %llu bytes of data", path, (unsigned long long)total);
@@ -58,7 +72,8 @@ static int read_idx(const char *path, int want_ndim, int64_t *dims, uint8_t **da
     char extra;
     int more = gzread(f, &extra, 1);
     int zerr;
-    const char *zmsg = gzerror(f, &zerr);
+    char zmsg[128];   /* gzerror's string dies with gzclose */
+    snprintf(zmsg, sizeof zmsg, "%s", gzerror(f, &zerr));
     gzclose(f);
     if (more > 0 || zerr < 0) {
         free(*data);
@@ -86,8 +101,9 @@ lz_dataset *lz_dataset_idx(const char *images_path, const char *labels_path)
     ds->w = idims[2];
     for (int64_t i = 0; i < ds->n; i++)
         if (ds->labels[i] > 99) {
+            int bad = ds->labels[i];   /* read before the free, not after */
             lz_dataset_free(ds);
-            return lz_errorf("%s: label %lld is %d, not a class index", labels_path, (long long)i, ds->labels[i]);
+            return lz_errorf("%s: label %lld is %d, not a class index", labels_path, (long long)i, bad);
         }
     return ds;
 }
@@ -105,10 +121,18 @@ lz_dataset *lz_dataset_fashion_mnist(const char *dir, int train)
     return lz_dataset_idx(img, lab);
 }
 
-int64_t lz_dataset_size(const lz_dataset *ds) { return ds ? ds->n : -1; }
+int64_t lz_dataset_size(const lz_dataset *ds)
+{
+    return ds ? ds->n : lz_errorf_int("lz_dataset_size: data set is NULL");
+}
 
 void lz_dataset_image_shape(const lz_dataset *ds, int64_t shape[3])
 {
+    if (!shape) {
+        lz_errorf("lz_dataset_image_shape: shape is NULL");
+        return;
+    }
+    if (!ds) lz_errorf("lz_dataset_image_shape: data set is NULL");
     shape[0] = 1;
     shape[1] = ds ? ds->h : 0;
     shape[2] = ds ? ds->w : 0;

@@ -2,6 +2,7 @@
  * into one of two host buffers while the caller's step k runs; the caller's
  * thread only copies the finished buffer into tensors (tensor calls stay on
  * the recording thread). */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,17 +92,22 @@ lz_loader *lz_loader_new(const lz_dataset *ds, lz_loader_opts o)
 {
     if (!ds) return lz_errorf("lz_loader_new: data set is NULL");
     if (o.batch <= 0) return lz_errorf("lz_loader_new: batch size %lld must be positive", (long long)o.batch);
+    if (!isfinite(o.mean) || !isfinite(o.std))
+        return lz_errorf("lz_loader_new: mean %g and std %g must be finite", (double)o.mean, (double)o.std);
     if (o.std == 0) o.std = 1;
     lz_loader *l = calloc(1, sizeof *l);
     if (!l) return lz_errorf("lz_loader_new: out of memory");
     l->ds = ds;
     l->o = o;
-    l->n_batches = o.drop_last ? ds->n / o.batch : (ds->n + o.batch - 1) / o.batch;
+    /* no batch holds more rows than the data set: a huge batch size costs
+       no memory and its sizes cannot overflow */
+    int64_t rows = o.batch < ds->n ? o.batch : ds->n;
+    l->n_batches = o.drop_last ? ds->n / o.batch : ds->n / o.batch + (ds->n % o.batch != 0);
     l->order = malloc(sizeof *l->order * (size_t)(ds->n ? ds->n : 1));
     size_t px = (size_t)(ds->h * ds->w);
     for (int i = 0; i < 2; i++) {
-        l->slots[i].x = malloc(sizeof(float) * px * (size_t)o.batch);
-        l->slots[i].y = malloc(sizeof(int64_t) * (size_t)o.batch);
+        l->slots[i].x = malloc(sizeof(float) * px * (size_t)(rows ? rows : 1));
+        l->slots[i].y = malloc(sizeof(int64_t) * (size_t)(rows ? rows : 1));
         l->slots[i].batch = -1;
     }
     if (!l->order || !l->slots[0].x || !l->slots[1].x || !l->slots[0].y || !l->slots[1].y) {
@@ -118,7 +124,10 @@ lz_loader *lz_loader_new(const lz_dataset *ds, lz_loader_opts o)
     return l;
 }
 
-int64_t lz_loader_batches(const lz_loader *l) { return l ? l->n_batches : -1; }
+int64_t lz_loader_batches(const lz_loader *l)
+{
+    return l ? l->n_batches : lz_errorf_int("lz_loader_batches: loader is NULL");
+}
 
 int lz_loader_start_epoch(lz_loader *l, int epoch)
 {
@@ -144,7 +153,7 @@ int lz_loader_start_epoch(lz_loader *l, int epoch)
 int lz_loader_skip(lz_loader *l, int64_t n)
 {
     if (!l) return lz_errorf_int("lz_loader_skip: loader is NULL");
-    if (n < 0 || l->pos + n > l->n_batches)
+    if (n < 0 || n > l->n_batches - l->pos)
         return lz_errorf_int("lz_loader_skip: cannot skip %lld of the %lld batches left", (long long)n,
                              (long long)(l->n_batches - l->pos));
     pthread_mutex_lock(&l->mu);

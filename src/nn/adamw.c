@@ -46,6 +46,7 @@
 
 #include "lazyc.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 /* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and
    1 - exp(-80) rounds to 1. */
@@ -138,7 +139,9 @@ static int make_state(lz_adamw *opt)
 
 lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts o)
 {
-    if (n < 0 || (n > 0 && !params))
+    if (n < 0)
+        return lz_errorf("lz_adamw_new: negative parameter count %d", n);
+    if (n > 0 && !params)
         return lz_errorf("lz_adamw_new: %d parameters given with a NULL array", n);
     for (int i = 0; i < n; i++) {
         if (!params[i])
@@ -210,8 +213,10 @@ void lz_adamw_set_lr(lz_adamw *opt, float lr)
 
 void lz_adamw_zero_grad(lz_adamw *opt)
 {
-    if (!opt)
+    if (!opt) {
+        lz_errorf("lz_adamw_zero_grad: optimizer is NULL");
         return;
+    }
     for (int i = 0; i < opt->n; i++)
         lz_zero_grad(opt->params[i]);
 }
@@ -275,6 +280,8 @@ int lz_adamw_step(lz_adamw *opt)
 {
     if (!opt)
         return lz_errorf_int("lz_adamw_step: optimizer is NULL");
+    if (lz_owner_check("lz_adamw_step"))
+        return -1;
     int rc = 0;
     lz_no_grad_begin();
     lz_scope_begin();

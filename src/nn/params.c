@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/thread.h"
 
 struct lz_params {
     int n, cap;
@@ -22,7 +23,7 @@ lz_params *lz_params_new(void)
 
 void lz_params_free(lz_params *p)
 {
-    if (!p) return;
+    if (!p || lz_owner_check("lz_params_free")) return;
     for (int i = 0; i < p->n; i++) {
         lz_free(p->ts[i]);
         free(p->names[i]);
@@ -60,6 +61,7 @@ static int grow(lz_params *p)
    result without leaking the tensor. */
 lz_tensor *lz_params_add(lz_params *p, const char *name, lz_tensor *t, int trainable)
 {
+    if (lz_owner_check("lz_params_add")) return NULL;
     if (!t) {
         if (!lz_last_error())
             lz_errorf("lz_params_add: tensor for '%s' is NULL", name ? name : "(null)");
@@ -122,7 +124,7 @@ int lz_params_trainable(const lz_params *p, int i)
 
 lz_tensor *lz_params_find(const lz_params *p, const char *name)
 {
-    if (!p || !name) return NULL;
+    if (!p || !name) return lz_errorf("lz_params_find: %s is NULL", p ? "name" : "parameter set");
     int i = find_index(p, name);
     return i >= 0 ? p->ts[i] : NULL;
 }

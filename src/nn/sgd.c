@@ -31,6 +31,7 @@
 
 #include "lazyc.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 struct lz_sgd {
     int n;
@@ -96,7 +97,9 @@ static int make_buffers(lz_sgd *opt)
 
 lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
 {
-    if (n < 0 || (n > 0 && !params))
+    if (n < 0)
+        return lz_errorf("lz_sgd_new: negative parameter count %d", n);
+    if (n > 0 && !params)
         return lz_errorf("lz_sgd_new: %d parameters given with a NULL array", n);
     for (int i = 0; i < n; i++) {
         if (!params[i])
@@ -104,6 +107,10 @@ lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
         if (lz_tensor_dtype(params[i]) != LZ_F32)
             return lz_errorf("lz_sgd_new: parameter %d is %s, expected f32", i,
                              lz_dtype_name(lz_tensor_dtype(params[i])));
+        /* twice in the list would be updated twice per step */
+        for (int j = 0; j < i; j++)
+            if (params[j] == params[i])
+                return lz_errorf("lz_sgd_new: parameter %d is parameter %d again", i, j);
     }
     /* The same checks as torch.optim.SGD's constructor. */
     if (!(o.lr >= 0.0f) || isinf(o.lr))
@@ -154,16 +161,25 @@ lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
 
 void lz_sgd_set_lr(lz_sgd *opt, float lr)
 {
-    if (!opt)
+    if (!opt) {
+        lz_errorf("lz_sgd_set_lr: optimizer is NULL");
         return;
+    }
+    if (!(lr >= 0.0f) || isinf(lr)) {
+        lz_errorf("lz_sgd_set_lr: invalid learning rate %g (the rate stays %g)", (double)lr,
+                  (double)opt->opts.lr);
+        return;
+    }
     opt->opts.lr = lr;
     lz_copy_from_host(opt->lr, &lr, sizeof lr);
 }
 
 void lz_sgd_zero_grad(lz_sgd *opt)
 {
-    if (!opt)
+    if (!opt) {
+        lz_errorf("lz_sgd_zero_grad: optimizer is NULL");
         return;
+    }
     for (int i = 0; i < opt->n; i++)
         lz_zero_grad(opt->params[i]);
 }
@@ -197,6 +213,8 @@ int lz_sgd_step(lz_sgd *opt)
 {
     if (!opt)
         return lz_errorf_int("lz_sgd_step: optimizer is NULL");
+    if (lz_owner_check("lz_sgd_step"))
+        return -1;
     int rc = 0;
     lz_no_grad_begin();
     lz_scope_begin();

@@ -38,6 +38,14 @@ lz_tensor *lz_nn_const_scalar(float value)
     return t;
 }
 
+void lz_nn_consts_shutdown(void)
+{
+    for (int i = 0; i < n_consts; i++) lz_free(consts[i].t);
+    free(consts);
+    consts = NULL;
+    n_consts = cap_consts = 0;
+}
+
 static int alias_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
 {
     (void)out;

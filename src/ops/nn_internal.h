@@ -17,4 +17,10 @@ lz_tensor *lz_nn_const_scalar(float value);
    and the caller of the op can each drop their own handle. */
 lz_tensor *lz_nn_alias(const char *name, lz_tensor *x);
 
+/* lz_shutdown: drop the library's handles on the shared scalars and on the
+   random generator's state (a capture that binds one keeps its own
+   reference); the next use makes them again. */
+void lz_nn_consts_shutdown(void);
+void lz_random_shutdown(void);
+
 #endif

@@ -13,6 +13,7 @@
 
 #include "autograd/autograd.h"
 #include "core/error.h"
+#include "core/thread.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 
@@ -45,8 +46,16 @@ static int rng_create(uint64_t seed)
     return 0;
 }
 
+void lz_random_shutdown(void)
+{
+    lz_free(rng_seed);
+    lz_free(rng_counter);
+    rng_seed = rng_counter = NULL;
+}
+
 void lz_manual_seed(uint64_t seed)
 {
+    if (lz_owner_check("lz_manual_seed")) return;
     if (!rng_seed) {
         rng_create(seed);
         return;

@@ -38,10 +38,13 @@ lz_tensor *lz_reshape(lz_tensor *x, int ndim, const int64_t *shape)
         } else if (s[i] < 0) {
             return lz_errorf("lz_reshape: target shape %s has a negative size",
                              lz_shape_str(sa, ndim, shape));
-        } else {
-            known *= s[i];
         }
     }
+    /* the known sizes must fit before they are multiplied */
+    if (infer >= 0) s[infer] = 1;
+    if (lz_shape_check("lz_reshape", lz_t_dtype(x), ndim, s, NULL)) return NULL;
+    for (int i = 0; i < ndim; i++)
+        if (i != infer) known *= s[i];
     int64_t n = lz_shape_numel(lz_t_ndim(x), lz_t_shape(x));
     if (infer >= 0) {
         if (known == 0 || n % known != 0)
@@ -133,7 +136,8 @@ lz_tensor *lz_expand(lz_tensor *x, int ndim, const int64_t *shape)
     int nx = lz_t_ndim(x);
     const int64_t *sx = lz_t_shape(x);
     char sa[96], sb[96];
-    if (ndim < nx || ndim > LZ_MAX_DIMS || (ndim > 0 && !shape))
+    if (ndim > 0 && !shape) return lz_errorf("lz_expand: shape is NULL");
+    if (ndim < nx || ndim > LZ_MAX_DIMS)
         return lz_errorf("lz_expand: cannot expand %s to %d dimensions",
                          lz_shape_str(sa, nx, sx), ndim);
     int64_t s[LZ_MAX_DIMS];
@@ -208,7 +212,8 @@ static int cat_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_ten
 
 lz_tensor *lz_cat(lz_tensor *const *xs, int n, int axis)
 {
-    if (n < 1 || !xs) return lz_errorf("lz_cat: needs at least one tensor (got %d)", n);
+    if (n < 1) return lz_errorf("lz_cat: needs at least one tensor (got %d)", n);
+    if (!xs) return lz_errorf("lz_cat: tensor array is NULL");
     if (lz_check_operands("lz_cat", n, xs)) return NULL;
     int nd = lz_t_ndim(xs[0]);
     if (nd == 0) return lz_errorf("lz_cat: cannot concatenate 0-d tensors");

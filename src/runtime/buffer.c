@@ -5,20 +5,42 @@
 
 #include "core/error.h"
 
-static lz_buffer *buffer_alloc(size_t nbytes, int ready)
+static atomic_ullong next_id;
+
+static lz_buffer *buffer_header(size_t nbytes, int ready)
 {
     lz_buffer *b = calloc(1, sizeof *b);
     if (!b) return lz_errorf("out of memory allocating a buffer header");
-    /* Zero-sized tensors still get a distinct, valid pointer. */
-    b->data = lz_device_alloc(nbytes ? nbytes : 1);
-    if (!b->data) {
-        free(b);
-        return lz_errorf("out of device memory allocating %zu bytes", nbytes);
-    }
+    b->id = atomic_fetch_add(&next_id, 1) + 1;
     b->nbytes = nbytes;
     b->ready = ready;
     b->host_seen = ready;
     atomic_init(&b->refs, 1);
+    return b;
+}
+
+static lz_buffer *buffer_alloc(size_t nbytes, int ready)
+{
+    lz_buffer *b = buffer_header(nbytes, ready);
+    if (!b) return NULL;
+    /* Zero-sized tensors still get a distinct, valid pointer. */
+    b->data = lz_device_alloc(nbytes ? nbytes : 1);
+    if (!b->data) {
+        free(b);
+        return lz_errorf("device allocation of %zu bytes failed (out of device memory)", nbytes);
+    }
+    return b;
+}
+
+lz_buffer *lz_buffer_failed(size_t nbytes, const char *msg)
+{
+    lz_buffer *b = buffer_header(nbytes, 1);
+    if (!b) return NULL;
+    b->error = strdup(msg);
+    if (!b->error) {
+        free(b);
+        return lz_errorf("out of memory allocating a buffer header");
+    }
     return b;
 }
 

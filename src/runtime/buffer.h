@@ -11,7 +11,8 @@
 
 typedef struct lz_buffer {
     atomic_int refs;
-    void  *data;             /* 64-byte aligned */
+    uint64_t id;             /* unique for the process: names a buffer without a reference */
+    void  *data;             /* 64-byte aligned; NULL in a failed buffer */
     size_t nbytes;
     /* written by the executor under the queue lock */
     int    ready;
@@ -27,6 +28,10 @@ typedef struct lz_buffer {
 lz_buffer *lz_buffer_new(size_t nbytes);
 /* A placeholder that an enqueued execution will fill. */
 lz_buffer *lz_buffer_placeholder(size_t nbytes);
+/* A buffer that will never be filled: ready, holding no memory, reporting
+   msg when read. For the results of a step that failed before it ran.
+   NULL on failure (out of host memory). */
+lz_buffer *lz_buffer_failed(size_t nbytes, const char *msg);
 void       lz_buffer_ref(lz_buffer *b);
 void       lz_buffer_unref(lz_buffer *b);
 

@@ -12,6 +12,7 @@
 typedef struct job {
     lz_executable *exe;
     lz_buffer **in, **out;
+    int *keep;               /* per output: input slot it falls back to, or -1; may be NULL */
     struct job *next;
 } job;
 
@@ -21,7 +22,11 @@ static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* a job finished */
 static job *head, *tail;
 static int in_flight;            /* enqueued, not finished */
 static char *unreported_error;   /* first failure since the last wait_all */
-static pthread_once_t started = PTHREAD_ONCE_INIT;
+/* recording-thread only: the executor thread runs (started on the first
+   enqueue, stopped by lz_executor_shutdown) */
+static int running;
+static pthread_t thread;
+static int stopping;             /* under mu: the thread exits once the queue is empty */
 /* recording-thread only: executions enqueued since the last wait_all */
 static int enqueued_since_wait;
 
@@ -31,6 +36,8 @@ static char *first_input_error(const job *j)
         if (j->in[i]->error) return j->in[i]->error;
     return NULL;
 }
+
+static max_align_t no_arena;
 
 static void run_job(job *j)
 {
@@ -47,7 +54,9 @@ static void run_job(job *j)
             switch (val->kind) {
             case LZ_VALUE_INPUT: ptrs[v] = j->in[val->slot]->data; break;
             case LZ_VALUE_OUTPUT: ptrs[v] = j->out[val->slot]->data; break;
-            default: ptrs[v] = (char *)j->exe->arena + val->offset; break;
+            /* a graph whose intermediates are all empty has no arena; they
+               still get a valid address, as empty buffers do */
+            default: ptrs[v] = j->exe->arena ? (char *)j->exe->arena + val->offset : (void *)&no_arena; break;
             }
         }
         double t0 = lz_now_ms();
@@ -56,11 +65,25 @@ static void run_job(job *j)
         if (msg) err = strdup(msg);
         if (ptrs != ptrs_small) free(ptrs);
     }
+    /* A failed run leaves the state it would have updated at its previous
+       value, so the next step starts from it; its other results report the
+       error. Inputs are ready and never written again: no lock needed. */
+    char *kept = NULL;
+    if (err && j->keep) {
+        kept = calloc((size_t)p->n_outputs + 1, 1);
+        for (int o = 0; kept && o < p->n_outputs; o++) {
+            const lz_buffer *src = j->keep[o] >= 0 ? j->in[j->keep[o]] : NULL;
+            if (!src || src->error || src->nbytes != j->out[o]->nbytes) continue;
+            j->exe->backend->copy(j->out[o]->data, src->data, src->nbytes);
+            kept[o] = 1;
+        }
+    }
     pthread_mutex_lock(&mu);
     for (int o = 0; o < p->n_outputs; o++) {
-        if (err) j->out[o]->error = strdup(err);
+        if (err && !(kept && kept[o])) j->out[o]->error = strdup(err);
         j->out[o]->ready = 1;
     }
+    free(kept);
     if (err && !unreported_error) unreported_error = strdup(err);
     in_flight--;
     pthread_cond_broadcast(&done_cv);
@@ -75,6 +98,7 @@ static void release_job(job *j)
     lz_executable_unref(j->exe);
     free(j->in);
     free(j->out);
+    free(j->keep);
     free(j);
 }
 
@@ -83,7 +107,11 @@ static void *executor_main(void *arg)
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&mu);
-        while (!head) pthread_cond_wait(&work_cv, &mu);
+        while (!head && !stopping) pthread_cond_wait(&work_cv, &mu);
+        if (!head) {
+            pthread_mutex_unlock(&mu);
+            return NULL;
+        }
         job *j = head;
         head = j->next;
         if (!head) tail = NULL;
@@ -94,18 +122,20 @@ static void *executor_main(void *arg)
     return NULL;
 }
 
+/* Joinable, not detached: lz_executor_shutdown joins it, so its stack and
+   the OpenMP team it leads are released with it. */
 static void start_executor(void)
 {
-    pthread_t th;
-    int rc = pthread_create(&th, NULL, executor_main, NULL);
+    int rc = pthread_create(&thread, NULL, executor_main, NULL);
     assert(rc == 0);
     (void)rc;
-    pthread_detach(th);
+    running = 1;
 }
 
-void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *const *out)
+void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *const *out,
+                         const int *keep)
 {
-    pthread_once(&started, start_executor);
+    if (!running) start_executor();
     job *j = calloc(1, sizeof *j);
     assert(j);
     const lz_program *p = &exe->prog;
@@ -114,6 +144,11 @@ void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *co
     assert(j->in && j->out);
     for (int i = 0; i < p->n_inputs; i++) { j->in[i] = in[i]; lz_buffer_ref(in[i]); }
     for (int o = 0; o < p->n_outputs; o++) { j->out[o] = out[o]; lz_buffer_ref(out[o]); }
+    if (keep) {
+        j->keep = malloc(sizeof *j->keep * (size_t)(p->n_outputs + 1));
+        assert(j->keep);
+        memcpy(j->keep, keep, sizeof *j->keep * (size_t)p->n_outputs);
+    }
     lz_executable_ref(exe);
     j->exe = exe;
     enqueued_since_wait = 1;
@@ -159,10 +194,34 @@ int lz_executor_wait_all(void)
     return -1;
 }
 
+void lz_executor_note_error(const char *msg)
+{
+    if (!msg) msg = "a step failed";
+    pthread_mutex_lock(&mu);
+    if (!unreported_error) unreported_error = strdup(msg);
+    pthread_mutex_unlock(&mu);
+}
+
 int lz_executor_in_flight(void)
 {
     pthread_mutex_lock(&mu);
     int n = in_flight;
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+void lz_executor_shutdown(void)
+{
+    if (!running) return;
+    pthread_mutex_lock(&mu);
+    stopping = 1;
+    pthread_cond_signal(&work_cv);
+    pthread_mutex_unlock(&mu);
+    /* the thread drains the queue before it exits */
+    pthread_join(thread, NULL);
+    running = 0;
+    stopping = 0;
+    free(unreported_error);
+    unreported_error = NULL;
+    enqueued_since_wait = 0;
 }

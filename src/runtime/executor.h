@@ -9,8 +9,15 @@
 #include "runtime/buffer.h"
 
 /* Enqueues one execution of exe. Takes references to exe and every buffer;
-   in[slot] and out[slot] follow the program's input/output slots. */
-void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *const *out);
+   in[slot] and out[slot] follow the program's input/output slots. keep
+   (may be NULL) gives per output the input slot holding the value it
+   replaces, or -1: if the execution fails, that output takes the input's
+   value (state stays as it was) and the others report the error. */
+void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *const *out,
+                         const int *keep);
+/* Records a failure raised outside an execution (a step that could not be
+   compiled or enqueued) for the next lz_executor_wait_all to report. */
+void lz_executor_note_error(const char *msg);
 /* Blocks until b is filled. 0, or -1 with the execution's error. Counts a
    host wait the first time the host waits for a placeholder. */
 int  lz_executor_wait_buffer(lz_buffer *b);
@@ -19,5 +26,9 @@ int  lz_executor_wait_buffer(lz_buffer *b);
 int  lz_executor_wait_all(void);
 /* Executions enqueued and not finished (takes the queue lock: tests only). */
 int  lz_executor_in_flight(void);
+/* Runs every enqueued execution, stops and joins the executor thread and
+   drops an error no wait reported (lz_shutdown). The next enqueue starts
+   the thread again. */
+void lz_executor_shutdown(void);
 
 #endif

@@ -27,6 +27,7 @@ import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_ref  # noqa: E402  (the BERT reference definition, next to this script)
+import fmnist_ref  # noqa: E402  (lazyc train's 1x28x28 resnet18)
 
 SMOKE_CLASSES = 10
 DTYPE_NAME = {torch.float32: "f32", torch.int64: "i64", torch.int32: "i32"}
@@ -48,6 +49,8 @@ MODELS = {
         num_classes=SMOKE_CLASSES),
     # smoke: 2 layers; the vocabulary is the class count at both sizes
     "BERT_pytorch": lambda: bert_ref.make_bert(2),
+    # not a reference model: `lazyc train --model resnet18`, 1x28x28 input
+    "resnet18_fmnist": fmnist_ref.make_resnet18_fmnist,
 }
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Model parity with PyTorch for the zoo's ten models at smoke size.
+"""Model parity with PyTorch for the zoo's ten models at smoke size, and
+for resnet18_fmnist (`lazyc train --model resnet18`, fmnist_ref.py).
 
     model_parity.py write NAME OUTDIR
         writes, for one model, the files the C side reads:
@@ -13,7 +14,8 @@
         the ctest driver (tests/test_model_parity.sh): for each model, write
         the files into a temporary folder, run
           lazyc grads --model NAME --size smoke --weights W --inputs I --out G
-        and compare the loss and every gradient, then run
+        (test_models grads NAME W I G for the training models, which
+        `lazyc grads` does not list) and compare the loss and every gradient, then run
           test_models sgd NAME W I S 3
         (3 SGD steps, the last two captured) and compare every parameter and
         running statistic. Prints one line per model and names the worst
@@ -62,10 +64,14 @@ from torch import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bert_ref  # noqa: E402
+import fmnist_ref  # noqa: E402
 from write_safetensors import load_file, save_file  # noqa: E402
 
 MODELS = ["resnet50", "resnet18", "BERT_pytorch", "resnext50_32x4d", "alexnet",
           "mobilenet_v2", "mnasnet1_0", "vgg16", "timm_vision_transformer", "squeezenet1_1"]
+# `lazyc train`'s models with a torch definition; lz_model_new knows them,
+# `lazyc grads` (the reference ten only) does not
+TRAIN_MODELS = ["resnet18_fmnist"]
 SMOKE_CLASSES = 10
 TOL = 1e-4
 MARGIN = 30.0   # times PyTorch's own f32 error, where that is measured and larger
@@ -76,6 +82,8 @@ def make_model(name):
     """The smoke-size PyTorch definition of a zoo model (f32)."""
     if name == "BERT_pytorch":
         return bert_ref.make_bert(2)
+    if name == "resnet18_fmnist":
+        return fmnist_ref.make_resnet18_fmnist()
     if name == "timm_vision_transformer":
         from torchvision.models.vision_transformer import VisionTransformer
         return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=6,
@@ -98,7 +106,8 @@ def make_case(name):
         y = torch.randint(0, bert_ref.VOCAB, (2, 16), generator=gen)
     else:
         side = 32 if name == "timm_vision_transformer" else 64
-        x = torch.rand((2, 3, side, side), generator=gen) * 2 - 1
+        shape = (2, 1, 28, 28) if name == "resnet18_fmnist" else (2, 3, side, side)
+        x = torch.rand(shape, generator=gen) * 2 - 1
         y = torch.randint(0, SMOKE_CLASSES, (2,), generator=gen)
     return model, x, y
 
@@ -298,10 +307,16 @@ def check_model(name, args, tmp):
     g, s = os.path.join(tmp, "grads.safetensors"), os.path.join(tmp, "sgd.safetensors")
     fails, parts = [], []
 
-    rc, out, t_grads = run_cmd([args.lazyc, "grads", "--model", name, "--size", "smoke",
-                                "--weights", w, "--inputs", i, "--out", g])
+    if name in MODELS:
+        tool = "lazyc grads"
+        cmd = [args.lazyc, "grads", "--model", name, "--size", "smoke",
+               "--weights", w, "--inputs", i, "--out", g]
+    else:
+        tool = "test_models grads"
+        cmd = [args.test_models, "grads", name, w, i, g]
+    rc, out, t_grads = run_cmd(cmd)
     if rc != 0:
-        fails.append(f"lazyc grads exited {rc}:\n{out[-2000:]}")
+        fails.append(f"{tool} exited {rc}:\n{out[-2000:]}")
     else:
         worst, largest, problems = compare(os.path.join(tmp, "expected.safetensors"), g,
                                            sens=sens["grads"])
@@ -346,14 +361,14 @@ def main_run(argv):
     ap = argparse.ArgumentParser(prog="model_parity.py run")
     ap.add_argument("--lazyc", required=True)
     ap.add_argument("--test-models", required=True)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(MODELS + TRAIN_MODELS))
     ap.add_argument("--keep", help="write each model's files under this folder and keep them")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("LZ_TORCH_THREADS", "2")))
     names = [n for n in args.models.split(",") if n]
-    unknown = [n for n in names if n not in MODELS]
+    unknown = [n for n in names if n not in MODELS + TRAIN_MODELS]
     if unknown:
-        print(f"unknown models: {unknown}; known: {MODELS}", file=sys.stderr)
+        print(f"unknown models: {unknown}; known: {MODELS + TRAIN_MODELS}", file=sys.stderr)
         return 2
     failed = []
     t0 = time.time()

@@ -6,6 +6,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pool.h"
+#include "backend/cpu/scratch.h"
+#include "backend/fault.h"
 #include "core/error.h"
 
 struct lz_backend_exec {
@@ -34,6 +36,7 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
 {
     const lz_program *p = e->prog;
     for (int i = 0; i < p->n_steps; i++) {
+        if (lz_fault_hit(LZ_FAULT_KERNEL)) return lz_fault_kernel_message(lz_op_name((lz_op)p->steps[i].op));
         const char *err = e->kernels[i](p, &p->steps[i], ptrs);
         if (err) return err;
     }
@@ -42,12 +45,20 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
 
 static void cpu_release(lz_backend_exec *e) { free(e); }
 
+/* lz_shutdown, with the executor stopped: no kernel holds scratch. */
+static void cpu_trim(void)
+{
+    lz_pool_trim();
+    lz_cpu_scratch_trim();
+}
+
 const lz_backend *lz_backend_cpu(void)
 {
     static const lz_backend cpu = {
         .name = "cpu", .alloc = lz_pool_alloc, .free = lz_pool_free,
-        .to_device = cpu_copy, .to_host = cpu_copy,
+        .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy,
         .prepare = cpu_prepare, .run = cpu_run, .release = cpu_release,
+        .trim = cpu_trim,
     };
     return &cpu;
 }

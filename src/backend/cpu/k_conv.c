@@ -29,6 +29,7 @@
 
 #include "backend/cpu/k_pool.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/scratch.h"
 
 #define PAR_MIN 32768   /* below this much work a parallel region costs more than it saves */
 
@@ -91,6 +92,27 @@ static void im2col(const geom *g, const float *x, float *col)
                     for (int64_t ow = hi; ow < g->OW; ow++) dst[ow] = 0;
                 }
             }
+}
+
+/* Row r = (c*KH + kh)*KW + kw of one image's column matrix, as im2col
+   writes it. */
+static void gather_col_row(const geom *g, const float *x, int64_t r, float *dst_row)
+{
+    int64_t c = r / (g->KH * g->KW), kh = r / g->KW % g->KH, kw = r % g->KW;
+    int64_t off = kw * g->dw - g->pw, lo, hi;
+    valid_cols(g, off, &lo, &hi);
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        float *dst = dst_row + oh * g->OW;
+        int64_t ih = oh * g->sh - g->ph + kh * g->dh;
+        if (ih < 0 || ih >= g->H) {
+            memset(dst, 0, sizeof(float) * (size_t)g->OW);
+            continue;
+        }
+        const float *src = x + (c * g->H + ih) * g->W + off;
+        for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;
+        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * g->sw];
+        for (int64_t ow = hi; ow < g->OW; ow++) dst[ow] = 0;
+    }
 }
 
 /* The adjoint of im2col: x += every column entry at the input it came from
@@ -289,21 +311,56 @@ static const char *run_items(const geom *g, item_fn fn, const float *a, const fl
     if (use_team(g)) {
         #pragma omp parallel reduction(|:failed, oom)
         {
-            float *col = col_bytes(g) ? malloc(col_bytes(g)) : NULL;
+            float *col = col_bytes(g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(g)) : NULL;
             if (col_bytes(g) && !col) oom = 1;
             #pragma omp for schedule(static)
             for (int64_t i = 0; i < items; i++)
                 if (!oom) failed |= fn(g, i, a, b, out, col);
-            free(col);
         }
     } else {
-        float *col = col_bytes(g) ? malloc(col_bytes(g)) : NULL;
+        float *col = col_bytes(g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(g)) : NULL;
         if (col_bytes(g) && !col) return "lz_conv2d: out of memory for the column buffer";
         for (int64_t i = 0; i < items && !failed; i++) failed = fn(g, i, a, b, out, col);
-        free(col);
     }
     if (oom) return "lz_conv2d: out of memory for the column buffer";
     return failed ? what : NULL;
+}
+
+/* When the weight outweighs an image's columns (deep layers on small
+   images: P = OH*OW of a few pixels), private per-thread copies of dw cost
+   more to clear and add up than the products themselves. Then every
+   image's columns go side by side into one [K, N*P] matrix, the gradient
+   into one [O, N*P], and a single threaded sgemm per group writes dw. */
+static int use_gathered(const geom *g)
+{
+    return g->N > 1 && g->Og * g->K >= 2 * g->K * g->P &&
+           (double)g->K * g->N * g->P + (double)g->O * g->N * g->P < (double)(64 << 20) / sizeof(float);
+}
+
+static int grad_weight_gathered(const geom *g, const float *x, const float *gy, float *dw)
+{
+    const int64_t NP = g->N * g->P;
+    float *col = lz_cpu_scratch(LZ_SCRATCH_COLUMNS, sizeof(float) * (size_t)(g->K * NP));
+    float *gcat = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(g->Og * NP));
+    if (!col || !gcat) return 1;
+    for (int64_t gi = 0; gi < g->G; gi++) {
+        /* im2col writes rows of P; image n's go to columns [n*P, (n+1)*P) */
+        #pragma omp parallel for schedule(static) if ((double)g->K * NP > PAR_MIN)
+        for (int64_t r = 0; r < g->K; r++)
+            for (int64_t n = 0; n < g->N; n++) {
+                const float *xg = x + (n * g->C + gi * g->Cg) * g->H * g->W;
+                gather_col_row(g, xg, r, col + r * NP + n * g->P);
+            }
+        #pragma omp parallel for schedule(static) if ((double)g->Og * NP > PAR_MIN)
+        for (int64_t o = 0; o < g->Og; o++)
+            for (int64_t n = 0; n < g->N; n++)
+                memcpy(gcat + o * NP + n * g->P, gy + (n * g->O + gi * g->Og + o) * g->P,
+                       sizeof(float) * (size_t)g->P);
+        if (dnnl_sgemm('N', 'T', g->Og, g->K, NP, 1.0f, gcat, NP, col, NP, 0.0f,
+                       dw + gi * g->Og * g->K, g->K) != dnnl_success)
+            return 1;
+    }
+    return 0;
 }
 
 static const char *k_conv2d(const lz_program *p, const lz_step *s, void *const *ptrs)
@@ -356,19 +413,19 @@ static const char *k_conv2d_grad_weight(const lz_program *p, const lz_step *s, v
     const char *err = "lz_conv2d (grad weight): dnnl_sgemm failed";
     const char *oom = "lz_conv2d (grad weight): out of memory";
     const int64_t wn = vw->numel;
+    if (use_gathered(&g)) return grad_weight_gathered(&g, x, gy, dw) ? err : NULL;
     if (!use_team(&g)) {
-        float *col = col_bytes(&g) ? malloc(col_bytes(&g)) : NULL;
+        float *col = col_bytes(&g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(&g)) : NULL;
         if (col_bytes(&g) && !col) return oom;
         int failed = 0;
         for (int64_t i = 0; i < g.N * g.G && !failed; i++)
             failed = grad_weight_item(&g, i, x, gy, dw, col, i < g.G ? 0.0f : 1.0f);
-        free(col);
         return failed ? err : NULL;
     }
     /* Each thread sums its images into a private copy of dw; the copies
        are added at the end (thread 0 writes straight into dw). */
     const int nt = omp_get_max_threads();
-    float *part = nt > 1 ? malloc(sizeof(float) * (size_t)(wn * (nt - 1))) : NULL;
+    float *part = nt > 1 ? lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(wn * (nt - 1))) : NULL;
     if (nt > 1 && !part) return oom;
     /* zeroed here, not by their threads: a team may get fewer threads */
     memset(dw, 0, sizeof(float) * (size_t)wn);
@@ -378,18 +435,15 @@ static const char *k_conv2d_grad_weight(const lz_program *p, const lz_step *s, v
     {
         int t = omp_get_thread_num();
         float *mine = t == 0 ? dw : part + (int64_t)(t - 1) * wn;
-        float *col = col_bytes(&g) ? malloc(col_bytes(&g)) : NULL;
+        float *col = col_bytes(&g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(&g)) : NULL;
         if (col_bytes(&g) && !col) bad_alloc = 1;
         #pragma omp for schedule(static)
         for (int64_t i = 0; i < g.N * g.G; i++)
             if (!bad_alloc) failed |= grad_weight_item(&g, i, x, gy, mine, col, 1.0f);
-        free(col);
     }
-    for (int t = 1; t < nt; t++) {
-        const float *q = part + (int64_t)(t - 1) * wn;
-        for (int64_t i = 0; i < wn; i++) dw[i] += q[i];
-    }
-    free(part);
+    #pragma omp parallel for schedule(static) if (wn * (nt - 1) > PAR_MIN)
+    for (int64_t i = 0; i < wn; i++)
+        for (int t = 1; t < nt; t++) dw[i] += part[(int64_t)(t - 1) * wn + i];
     if (bad_alloc) return oom;
     return failed ? err : NULL;
 }

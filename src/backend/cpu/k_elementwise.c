@@ -21,8 +21,7 @@
 #define CHUNK 8192
 #define MAX_IN 3
 
-typedef void (*row_fn)(void *out, const void *const *in, const int64_t *st, int64_t n,
-                       const float *fattr);
+typedef lz_cpu_row_fn row_fn;
 
 static const char *run_rows(const lz_program *p, const lz_step *s, void *const *ptrs, row_fn row)
 {
@@ -147,8 +146,10 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
 #define INV_SQRT_2PI 0.39894228040143267794f
 
 ROW1(neg_f32, float, float, -x)
-ROW1(neg_i64, int64_t, int64_t, -x)
-ROW1(neg_i32, int32_t, int32_t, -x)
+/* Integer arithmetic wraps around, as in torch; signed overflow in C is
+   undefined, so it is done on unsigned words. */
+ROW1(neg_i64, int64_t, int64_t, 0 - (uint64_t)x)
+ROW1(neg_i32, int32_t, int32_t, 0 - (uint32_t)x)
 ROW1(exp_f32, float, float, expf(x))
 ROW1(log_f32, float, float, logf(x))
 ROW1(sqrt_f32, float, float, sqrtf(x))
@@ -168,8 +169,10 @@ ROW1(pow1_f32, float, float, x)
 ROW1(pow0_f32, float, float, ((void)x, 1.0f))
 
 ROW1(cast_f32_f32, float, float, x)
-ROW1(cast_f32_i64, int64_t, float, x)
-ROW1(cast_f32_i32, int32_t, float, x)
+/* NaN and out-of-range values give the minimum, as x86's conversion (so
+   torch there) does; converting them in C is undefined. */
+ROW1(cast_f32_i64, int64_t, float, x >= -0x1p63f && x < 0x1p63f ? (int64_t)x : INT64_MIN)
+ROW1(cast_f32_i32, int32_t, float, x >= -0x1p31f && x < 0x1p31f ? (int32_t)x : INT32_MIN)
 ROW1(cast_i64_f32, float, int64_t, x)
 ROW1(cast_i64_i64, int64_t, int64_t, x)
 ROW1(cast_i64_i32, int32_t, int64_t, x)
@@ -186,9 +189,14 @@ ROW1(cast_i32_i32, int32_t, int32_t, x)
     ROW2(op##_i64, float, int64_t, EXPR)                                                  \
     ROW2(op##_i32, float, int32_t, EXPR)
 
-BIN_ALL(add, a + b)
-BIN_ALL(sub, a - b)
-BIN_ALL(mul, a * b)
+#define BIN_WRAP(op, OP)                                                                  \
+    ROW2(op##_f32, float, float, a OP b)                                                  \
+    ROW2(op##_i64, int64_t, int64_t, (uint64_t)a OP (uint64_t)b)                          \
+    ROW2(op##_i32, int32_t, int32_t, (uint32_t)a OP (uint32_t)b)
+
+BIN_WRAP(add, +)
+BIN_WRAP(sub, -)
+BIN_WRAP(mul, *)
 /* NaN in either operand wins, as in torch.maximum (a != a tests for NaN) */
 BIN_ALL(maximum, (a != a || a > b) ? a : b)
 CMP_ALL(gt, a > b)
@@ -270,6 +278,11 @@ static row_fn pick_row(const lz_program *p, const lz_step *s)
     case LZ_OP_WHERE: return where[ti][lz_dtype_size((lz_dtype)to) == 8];
     default: return NULL;
     }
+}
+
+lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_step *s)
+{
+    return pick_row(p, s);
 }
 
 static const char *k_elementwise(const lz_program *p, const lz_step *s, void *const *ptrs)

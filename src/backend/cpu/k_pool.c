@@ -103,11 +103,88 @@ static int parallel(const pgeom *g, int64_t per_out)
     return g->planes * g->OH * g->OW * per_out > PAR_MIN;
 }
 
+/* 2x2 windows, stride 2, no padding, every window inside the input: the
+   common CNN downsampling, with no window arithmetic per output. */
+static int is_2x2(const pgeom *g)
+{
+    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 &&
+           2 * g->OH <= g->H && 2 * g->OW <= g->W;
+}
+
+/* Max of a, b, c, d (row-major window order), NaN if any is, as window_max. */
+static inline float max4(float a, float b, float c, float d)
+{
+    float m = a;
+    m = b > m ? b : m;
+    m = c > m ? c : m;
+    m = d > m ? d : m;
+    return (a != a) | (b != b) | (c != c) | (d != d) ? NAN : m;
+}
+
+static void max_pool_2x2(const pgeom *g, const float *x, float *y)
+{
+    #pragma omp parallel for schedule(static) if (parallel(g, 4))
+    for (int64_t pl = 0; pl < g->planes; pl++)
+        for (int64_t oh = 0; oh < g->OH; oh++) {
+            const float *r0 = x + (pl * g->H + 2 * oh) * g->W, *r1 = r0 + g->W;
+            float *yr = y + (pl * g->OH + oh) * g->OW;
+            for (int64_t ow = 0; ow < g->OW; ow++)
+                yr[ow] = max4(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]);
+        }
+}
+
+/* Each window's gradient goes to argmax's pick (the first max, or the last
+   NaN); the windows tile the input, so every element is written once and
+   rows or columns the windows leave out are zeroed. */
+static void max_pool_2x2_grad(const pgeom *g, const float *x, const float *gy, float *dx)
+{
+    #pragma omp parallel for schedule(static) if (parallel(g, 4))
+    for (int64_t pl = 0; pl < g->planes; pl++) {
+        const float *xp = x + pl * g->H * g->W;
+        float *dp = dx + pl * g->H * g->W;
+        for (int64_t oh = 0; oh < g->OH; oh++) {
+            const float *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;
+            float *d0 = dp + 2 * oh * g->W, *d1 = d0 + g->W;
+            const float *gr = gy + (pl * g->OH + oh) * g->OW;
+            for (int64_t ow = 0; ow < g->OW; ow++) {
+                float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+                float m = max4(v[0], v[1], v[2], v[3]);
+                /* which one is picked, as masks: the comparisons are coin
+                   tosses on data, and a chain of branches on them mispredicts */
+                int a0, a1, a2;
+                if (m != m) {
+                    int n3 = v[3] != v[3], n2 = v[2] != v[2] && !n3;
+                    a2 = n2;
+                    a1 = v[1] != v[1] && !n3 && !n2;
+                    a0 = !n3 && !n2 && !a1;
+                } else {
+                    a0 = v[0] == m;
+                    a1 = (v[1] == m) & !a0;
+                    a2 = (v[2] == m) & !(a0 | a1);
+                }
+                int a3 = !(a0 | a1 | a2);
+                float gv = gr[ow];
+                d0[2 * ow] = a0 ? gv : 0.0f;
+                d0[2 * ow + 1] = a1 ? gv : 0.0f;
+                d1[2 * ow] = a2 ? gv : 0.0f;
+                d1[2 * ow + 1] = a3 ? gv : 0.0f;
+            }
+            for (int64_t iw = 2 * g->OW; iw < g->W; iw++) d0[iw] = d1[iw] = 0.0f;
+        }
+        for (int64_t ih = 2 * g->OH; ih < g->H; ih++)
+            for (int64_t iw = 0; iw < g->W; iw++) dp[ih * g->W + iw] = 0.0f;
+    }
+}
+
 static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
     const float *x = ptrs[s->in[0]];
     float *y = ptrs[s->out];
+    if (is_2x2(&g)) {
+        max_pool_2x2(&g, x, y);
+        return NULL;
+    }
     #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.H * g.W;
@@ -129,6 +206,10 @@ static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->in[1]], s, 1);
     const float *x = ptrs[s->in[0]], *gy = ptrs[s->in[1]];
     float *dx = ptrs[s->out];
+    if (is_2x2(&g)) {
+        max_pool_2x2_grad(&g, x, gy, dx);
+        return NULL;
+    }
     memset(dx, 0, p->values[s->out].nbytes);
     #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
     for (int64_t pl = 0; pl < g.planes; pl++) {

@@ -40,6 +40,8 @@ typedef struct red_ops {
 } red_ops;
 
 #define SUM_C(a, v) ((a) + (v))
+/* integer sums wrap around, as in torch (signed overflow is undefined in C) */
+#define WSUM_C(a, v) ((int64_t)((uint64_t)(a) + (uint64_t)(v)))
 /* NaN wins, as in torch.amax (v != v tests for NaN) */
 #define MAX_C(a, v) (((v) != (v) || (v) > (a)) ? (v) : (a))
 #define FIN_SCALED(a, scale) ((a) * (scale))
@@ -86,8 +88,8 @@ typedef struct red_ops {
                                  name##_store};
 
 RED_OPS(sum_f32, float, double, 0.0, SUM_C, FIN_SCALED)
-RED_OPS(sum_i64, int64_t, int64_t, 0, SUM_C, FIN_PLAIN)
-RED_OPS(sum_i32, int32_t, int64_t, 0, SUM_C, FIN_PLAIN)
+RED_OPS(sum_i64, int64_t, int64_t, 0, WSUM_C, FIN_PLAIN)
+RED_OPS(sum_i32, int32_t, int64_t, 0, WSUM_C, FIN_PLAIN)
 RED_OPS(max_f32, float, double, -INFINITY, MAX_C, FIN_PLAIN)
 RED_OPS(max_i64, int64_t, int64_t, INT64_MIN, MAX_C, FIN_PLAIN)
 RED_OPS(max_i32, int32_t, int64_t, INT32_MIN, MAX_C, FIN_PLAIN)

@@ -15,6 +15,17 @@ lz_kernel lz_cpu_linalg_kernel(lz_op op);        /* k_linalg.c: matmul, softmax,
 lz_kernel lz_cpu_misc_kernel(lz_op op);          /* k_misc.c: fill, copy, test gate */
 lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding, dropout, rng */
 lz_kernel lz_cpu_conv_kernel(lz_op op);          /* k_conv.c: conv2d, pooling */
+lz_kernel lz_cpu_batch_norm_kernel(lz_op op);    /* k_batch_norm.c: fused training batch norm */
+lz_kernel lz_cpu_fused_kernel(lz_op op);         /* k_fused.c: fused element-wise chains */
+
+/* Runs an element-wise op over n elements of one row: in[k] advances by
+   st[k] elements (1: contiguous, 0: one element broadcast). */
+typedef void (*lz_cpu_row_fn)(void *out, const void *const *in, const int64_t *st, int64_t n,
+                              const float *fattr);
+/* The element-wise kernel's row function for step s (k_elementwise.c), so
+   the fused kernel applies the very same formulas; NULL if s is not an
+   element-wise op or its dtypes are not supported. */
+lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_step *s);
 
 /* The kernel for op, or NULL if no family has one. */
 lz_kernel lz_cpu_kernel_for(lz_op op);

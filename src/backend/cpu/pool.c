@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/fault.h"
+
 #define NBUCKETS 1024
 
 typedef struct block { struct block *next; size_t size; } block;   /* lives in the freed memory */
@@ -32,6 +34,7 @@ static size_t cache_limit(void)
 
 void *lz_pool_alloc(size_t nbytes)
 {
+    if (lz_fault_hit(LZ_FAULT_ALLOC)) return NULL;
     size_t size = round_size(nbytes ? nbytes : 1);
     pthread_mutex_lock(&mu);
     for (block **pp = &buckets[bucket_of(size)]; *pp; pp = &(*pp)->next) {
@@ -75,4 +78,12 @@ void lz_pool_trim(void)
         }
     cached = 0;
     pthread_mutex_unlock(&mu);
+}
+
+size_t lz_pool_cached_bytes(void)
+{
+    pthread_mutex_lock(&mu);
+    size_t n = cached;
+    pthread_mutex_unlock(&mu);
+    return n;
 }

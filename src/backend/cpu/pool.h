@@ -9,5 +9,7 @@ void *lz_pool_alloc(size_t nbytes);
 void  lz_pool_free(void *p, size_t nbytes);
 /* Returns every cached block to the system. */
 void  lz_pool_trim(void);
+/* Bytes of freed blocks held for reuse. */
+size_t lz_pool_cached_bytes(void);
 
 #endif

@@ -1,0 +1,23 @@
+/* Fault injection: make the N-th device allocation or the N-th kernel call
+ * fail, to test that every failure path reports, recovers and leaks
+ * nothing. Armed by LZ_FAULT_ALLOC=N / LZ_FAULT_KERNEL=N (read once, at the
+ * first allocation or kernel) or by lz_fault_set from a test. Counting is
+ * atomic: allocations happen on the recording thread, kernels on the
+ * executor thread. */
+#ifndef LZ_FAULT_H
+#define LZ_FAULT_H
+
+enum { LZ_FAULT_ALLOC, LZ_FAULT_KERNEL, LZ_FAULT_KINDS };
+
+/* Arms kind to fail its n-th event from now (1-based); n <= 0 disarms. */
+void lz_fault_set(int kind, long n);
+/* Disarms both kinds and zeroes the fired counts. */
+void lz_fault_reset(void);
+/* How many faults of kind have fired since the last reset. */
+long lz_fault_fired(int kind);
+/* Counts one event of kind; 1 if it is the one to fail (fires once). */
+int  lz_fault_hit(int kind);
+/* "injected fault in kernel <op>", in a per-thread buffer. */
+const char *lz_fault_kernel_message(const char *op);
+
+#endif

@@ -1,0 +1,221 @@
+/* Fusion of element-wise chains: a run of consecutive element-wise f32
+ * steps over the same number of elements becomes one step that makes a
+ * single pass over memory (the CPU kernel is backend/cpu/k_fused.c). A
+ * result is written to memory only when something outside the run needs
+ * it: a graph output, or a later step. The others stay in the kernel's
+ * tiles, which is where the memory traffic of an optimizer update or a
+ * bias-add-activation chain goes away.
+ *
+ * Only consecutive steps are fused, so the schedule order (and with it
+ * every step outside a run) is unchanged. Operands from outside the run
+ * are read in the group's element order (same number of elements: a
+ * broadcast that adds no elements moves none), as one element (scalars)
+ * or through broadcast strides (per-channel terms).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/executable.h"
+
+static int forced = -1;
+
+int lz_fusion_enabled(void)
+{
+    static int from_env = -1;
+    if (forced >= 0) return forced;
+    if (from_env < 0) {
+        const char *env = getenv("LZ_FUSION");
+        from_env = !(env && env[0] == '0' && env[1] == '\0');
+    }
+    return from_env;
+}
+
+void lz_fusion_set(int on) { forced = on < 0 ? -1 : !!on; }
+
+/* The ops the fused kernel runs, with the element-wise kernel's formulas. */
+static int fusable_op(lz_op op)
+{
+    switch (op) {
+    case LZ_OP_NEG: case LZ_OP_EXP: case LZ_OP_LOG: case LZ_OP_SQRT: case LZ_OP_RSQRT:
+    case LZ_OP_TANH: case LZ_OP_SIGMOID: case LZ_OP_RELU: case LZ_OP_GELU: case LZ_OP_POW:
+    case LZ_OP_SCALE: case LZ_OP_CAST:
+    case LZ_OP_ADD: case LZ_OP_SUB: case LZ_OP_MUL: case LZ_OP_DIV: case LZ_OP_MAXIMUM:
+    case LZ_OP_GT: case LZ_OP_LT: case LZ_OP_GE: case LZ_OP_LE: case LZ_OP_EQ:
+    case LZ_OP_RELU_GRAD: case LZ_OP_GELU_GRAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int fusable(const lz_program *p, const lz_step *s)
+{
+    if (!fusable_op((lz_op)s->op) || s->n_in < 1 || s->n_in > LZ_FUSED_MAX_IN) return 0;
+    const lz_value *o = &p->values[s->out];
+    if (o->dtype != LZ_F32 || o->numel == 0) return 0;
+    for (int k = 0; k < s->n_in; k++)
+        if (p->values[s->in[k]].dtype != LZ_F32) return 0;
+    return 1;
+}
+
+/* Builds the fused step for the steps old[idx[0..n)] into *dst. uses[v]
+   counts the operand slots that read value v in the whole program. */
+static void fuse_run(const lz_program *p, const lz_step *old, const int *idx, int n,
+                     const int *uses, lz_step *dst)
+{
+    lz_fused *f = calloc(1, sizeof *f);
+    assert(f);
+    f->n_ops = n;
+    f->numel = p->values[old[idx[0]].out].numel;
+    int *ext = malloc(sizeof *ext * (size_t)(n * LZ_FUSED_MAX_IN));
+    assert(ext);
+    int n_ext = 0;
+    for (int k = 0; k < n; k++) {
+        const lz_step *s = &old[idx[k]];
+        f->ops[k] = *s;
+        for (int a = 0; a < s->n_in; a++) {
+            int v = s->in[a], prod = -1;
+            for (int j = k - 1; j >= 0 && prod < 0; j--)
+                if (f->ops[j].out == v) prod = j;
+            if (prod >= 0) {
+                f->args[k][a] = (lz_fused_arg){LZ_FUSED_TILE, prod};
+                continue;
+            }
+            int64_t numel = p->values[v].numel;
+            int kind = numel == f->numel ? LZ_FUSED_CONTIG
+                     : numel == 1        ? LZ_FUSED_SCALAR : LZ_FUSED_BCAST;
+            f->args[k][a] = (lz_fused_arg){kind, v};
+            int seen = 0;
+            for (int e = 0; e < n_ext && !seen; e++) seen = ext[e] == v;
+            if (!seen) ext[n_ext++] = v;
+        }
+    }
+    /* a result is stored when some read of it is outside the group */
+    for (int k = 0; k < n; k++) {
+        int v = f->ops[k].out, inside = 0;
+        for (int j = k + 1; j < n; j++)
+            for (int a = 0; a < f->ops[j].n_in; a++) inside += f->ops[j].in[a] == v;
+        f->store[k] = k == n - 1 || p->values[v].kind == LZ_VALUE_OUTPUT || uses[v] > inside;
+        if (f->store[k] && k != n - 1) f->extra[f->n_extra++] = v;
+    }
+    memset(dst, 0, sizeof *dst);
+    dst->op = LZ_OP_FUSED_ELEMENTWISE;
+    dst->out = f->ops[n - 1].out;
+    dst->n_in = n_ext;
+    dst->in = ext;
+    dst->fused = f;
+}
+
+/* Groups being collected. A group is emitted (and so runs) when a step
+   outside it reads one of its results, so every step emitted while it is
+   open reads none of them and may run before it: that is what lets a
+   chain fuse across the steps interleaved with it (the reshape of a
+   per-channel weight, the whole backward pass between an optimizer's
+   momentum decay and the gradient it is added to). */
+#define MAX_OPEN 32
+
+typedef struct group {
+    int n, idx[LZ_FUSED_MAX_OPS];
+    int64_t numel;
+    long opened;             /* order of opening; 0: the slot is free */
+} group;
+
+typedef struct fuser {
+    const lz_program *p;
+    const lz_step *old;
+    const int *uses;
+    int *pending;            /* value -> reads by steps not yet seen */
+    int *owner;              /* value -> open group producing it, or -1 */
+    group open[MAX_OPEN];
+    long opened;
+    lz_step *out;
+    int n_out;
+} fuser;
+
+static void emit(fuser *fz, int gi)
+{
+    group *g = &fz->open[gi];
+    if (g->n == 1)
+        fz->out[fz->n_out++] = fz->old[g->idx[0]];
+    else
+        fuse_run(fz->p, fz->old, g->idx, g->n, fz->uses, &fz->out[fz->n_out++]);
+    for (int k = 0; k < g->n; k++) fz->owner[fz->old[g->idx[k]].out] = -1;
+    g->n = 0;
+    g->opened = 0;
+}
+
+static int open_group(fuser *fz, int64_t numel)
+{
+    int slot = -1, oldest = 0;
+    for (int i = 0; i < MAX_OPEN && slot < 0; i++)
+        if (!fz->open[i].opened) slot = i;
+        else if (fz->open[i].opened < fz->open[oldest].opened) oldest = i;
+    if (slot < 0) {
+        emit(fz, oldest);
+        slot = oldest;
+    }
+    fz->open[slot] = (group){.numel = numel, .opened = ++fz->opened};
+    return slot;
+}
+
+void lz_fuse(lz_program *p)
+{
+    if (!lz_fusion_enabled() || p->n_steps < 2) return;
+    fuser fz = {.p = p, .old = p->steps};
+    int *uses = calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *uses);
+    fz.owner = malloc(sizeof *fz.owner * (size_t)(p->n_values ? p->n_values : 1));
+    fz.pending = malloc(sizeof *fz.pending * (size_t)(p->n_values ? p->n_values : 1));
+    fz.out = calloc((size_t)p->n_steps, sizeof *fz.out);
+    assert(uses && fz.owner && fz.pending && fz.out);
+    fz.uses = uses;
+    for (int v = 0; v < p->n_values; v++) fz.owner[v] = -1;
+    for (int i = 0; i < p->n_steps; i++)
+        for (int a = 0; a < p->steps[i].n_in; a++) uses[p->steps[i].in[a]]++;
+    memcpy(fz.pending, uses, sizeof *uses * (size_t)p->n_values);
+
+    for (int i = 0; i < p->n_steps; i++) {
+        const lz_step *s = &p->steps[i];
+        int ok = fusable(p, s), join = -1;
+        int64_t numel = p->values[s->out].numel;
+        for (int a = 0; a < s->n_in; a++) fz.pending[s->in[a]]--;
+        for (int a = 0; ok && a < s->n_in && join < 0; a++) {
+            int g = fz.owner[s->in[a]];
+            if (g >= 0 && fz.open[g].numel == numel) join = g;
+        }
+        /* the groups it reads from run first, but the one it joins */
+        for (int a = 0; a < s->n_in; a++) {
+            int g = fz.owner[s->in[a]];
+            if (g >= 0 && g != join) emit(&fz, g);
+        }
+        if (!ok) {
+            fz.out[fz.n_out++] = *s;
+            continue;
+        }
+        if (join < 0) join = open_group(&fz, numel);
+        group *g = &fz.open[join];
+        g->idx[g->n++] = i;
+        fz.owner[s->out] = join;
+        /* only a step that reads a group's result can join it: with none
+           left to come, waiting would only keep its operands alive */
+        int waiting = 0;
+        for (int k = 0; k < g->n && !waiting; k++) waiting = fz.pending[p->steps[g->idx[k]].out] > 0;
+        if (g->n == LZ_FUSED_MAX_OPS || !waiting) emit(&fz, join);
+    }
+    /* open groups read nothing of each other: any order will do */
+    for (;;) {
+        int first = -1;
+        for (int i = 0; i < MAX_OPEN; i++)
+            if (fz.open[i].opened && (first < 0 || fz.open[i].opened < fz.open[first].opened))
+                first = i;
+        if (first < 0) break;
+        emit(&fz, first);
+    }
+    assert(fz.n_out <= p->n_steps);
+    free(p->steps);
+    p->steps = fz.out;
+    p->n_steps = fz.n_out;
+    free(fz.owner);
+    free(fz.pending);
+    free(uses);
+}
