@@ -118,7 +118,8 @@ static inline float max4(float a, float b, float c, float d)
     m = b > m ? b : m;
     m = c > m ? c : m;
     m = d > m ? d : m;
-    return (a != a) | (b != b) | (c != c) | (d != d) ? NAN : m;
+    /* | not ||: no branches, and NaN must win as in torch */
+    return ((a != a) | (b != b) | (c != c) | (d != d)) ? NAN : m;
 }
 
 static void max_pool_2x2(const pgeom *g, const float *x, float *y)
