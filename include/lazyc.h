@@ -118,6 +118,10 @@ lz_tensor *lz_cat(lz_tensor *const *xs, int n, int axis);
 /* Batched matrix product; batch dimensions broadcast; 1-d operands follow
    numpy's rules. */
 lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b);
+/* x [..., in] @ weight[out, in]^T (+ bias [out], may be NULL), as torch's
+   F.linear. Unlike lz_matmul(x, lz_transpose(w, 0, 1)) it never copies the
+   weight or its gradient to transpose them: sgemm reads them transposed. */
+lz_tensor *lz_linear(lz_tensor *x, lz_tensor *weight, lz_tensor *bias);
 lz_tensor *lz_softmax(lz_tensor *x, int axis);
 lz_tensor *lz_log_softmax(lz_tensor *x, int axis);
 /* logits [N, C] f32, target [N] i64 or i32 class indices -> 0-d mean loss. */

@@ -218,11 +218,7 @@ lz_tensor *lz_conv_bn_act(const lz_conv_layer *conv, const lz_bn_layer *bn, lz_t
 
 lz_tensor *lz_linear_forward(const lz_linear_layer *l, lz_tensor *x)
 {
-    lz_tensor *wt = lz_transpose(l->weight, 0, 1);
-    lz_tensor *y = lz_matmul(x, wt);
-    lz_free(wt);
-    if (!y || !l->bias) return y;
-    return lz_layer_then(y, lz_add(y, l->bias));
+    return lz_linear(x, l->weight, l->bias);
 }
 
 lz_tensor *lz_ln_forward(const lz_ln_layer *l, lz_tensor *x)

@@ -61,6 +61,57 @@ static void check_shape(lz_tensor *t, int nd, const int64_t *s)
     for (int d = 0; d < nd && d < lz_ndim(t); d++) CHECK_EQ_I(lz_dim(t, d), s[d]);
 }
 
+/* ---- linear: x @ w^T + b with the transposes inside sgemm --------------------- */
+
+static lz_tensor *f_linear(void *ctx, lz_tensor *const *in)
+{
+    return lz_linear(in[0], in[1], ctx ? in[2] : NULL);
+}
+
+static void grad_linear(int nx, const int64_t *sx, int with_bias, const char *what)
+{
+    int64_t in_f = sx[nx - 1], sw[2] = {5, in_f}, sb[1] = {5};
+    lz_tensor *in[3] = {rand_grad(21, nx, sx), rand_grad(22, 2, sw), rand_grad(23, 1, sb)};
+    double e = lz_test_gradcheck(f_linear, with_bias ? "bias" : NULL, 2 + with_bias, in);
+    if (!(e < GRAD_TOL)) fprintf(stderr, "linear %s: rel err %g\n", what, e);
+    CHECK(e < GRAD_TOL);
+    for (int i = 0; i < 2 + with_bias; i++) {
+        lz_tensor *g = lz_grad(in[i]);
+        CHECK(g && lz_ndim(g) == lz_ndim(in[i]));
+        for (int d = 0; g && d < lz_ndim(g); d++) CHECK_EQ_I(lz_dim(g, d), lz_dim(in[i], d));
+    }
+    for (int i = 0; i < 3; i++) lz_free(in[i]);
+}
+
+static void linear(void)
+{
+    /* [1, 2] @ [[1,0],[0,1],[1,1]]^T + [1,2,3] = [2, 4, 6], by hand */
+    float x[2] = {1, 2}, w[6] = {1, 0, 0, 1, 1, 1}, b[3] = {1, 2, 3};
+    int64_t sx[2] = {1, 2}, sw[2] = {3, 2}, sb[1] = {3};
+    lz_tensor *tx = lz_from_host(x, LZ_F32, 2, sx), *tw = lz_from_host(w, LZ_F32, 2, sw);
+    lz_tensor *tb = lz_from_host(b, LZ_F32, 1, sb);
+    lz_tensor *y = lz_linear(tx, tw, tb);
+    float *got = y ? lz_test_read(y) : NULL;
+    CHECK(got && got[0] == 2 && got[1] == 4 && got[2] == 6);
+    free(got);
+    lz_tensor *x1 = lz_reshape(tx, 1, (int64_t[]){2});   /* a 1-d input is one row */
+    lz_tensor *y1 = lz_linear(x1, tw, NULL);
+    check_shape(y1, 1, sb);
+    got = y1 ? lz_test_read(y1) : NULL;
+    CHECK(got && got[0] == 1 && got[1] == 2 && got[2] == 3);
+    free(got);
+    lz_tensor *bad = lz_linear(tb, tw, NULL);            /* [3] against in = 2 */
+    CHECK(bad == NULL && strstr(lz_last_error(), "lz_linear: input [3] and weight [3, 2]"));
+    bad = lz_linear(tx, tw, tx);                          /* bias [1, 2] */
+    CHECK(bad == NULL && strstr(lz_last_error(), "bias [1, 2] does not match weight [3, 2]"));
+    lz_free(tx); lz_free(tw); lz_free(tb); lz_free(y); lz_free(x1); lz_free(y1);
+
+    grad_linear(2, (int64_t[]){3, 4}, 1, "[3,4], bias");
+    grad_linear(3, (int64_t[]){2, 3, 4}, 1, "[2,3,4], bias");
+    grad_linear(2, (int64_t[]){3, 4}, 0, "[3,4], no bias");
+    grad_linear(1, (int64_t[]){4}, 1, "[4], bias");
+}
+
 static void matmul_values(void)
 {
     float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
@@ -343,6 +394,7 @@ int main(void)
     matmul_values();
     matmul_products();
     matmul_grads();
+    linear();
     softmax_values();
     softmax_grads();
     cross_entropy();

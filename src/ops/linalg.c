@@ -138,6 +138,70 @@ lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b)
     return y;
 }
 
+/* ---- linear --------------------------------------------------------------- */
+
+/* y = x @ w^T with x [..., in] folded to [rows, in]: gx = g @ w and
+   gw = g^T @ x, both one product over all rows, no transposed copies. */
+static int linear_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
+{
+    (void)out;
+    lz_tensor *x = ag->in[0], *w = ag->in[1];
+    if (lz_needs_grad(x) && !(gin[0] = matmul_t(gout, 0, w, 0)))
+        return -1;
+    if (lz_needs_grad(w)) {
+        int64_t xs[2] = {-1, lz_t_shape(x)[lz_t_ndim(x) - 1]};
+        int64_t gs[2] = {-1, lz_t_shape(gout)[lz_t_ndim(gout) - 1]};
+        lz_tensor *x2 = lz_reshape(x, 2, xs), *g2 = lz_reshape(gout, 2, gs);
+        gin[1] = matmul_t(g2, 1, x2, 0);
+        lz_free(x2);
+        lz_free(g2);
+        if (!gin[1]) return -1;
+    }
+    return 0;
+}
+
+lz_tensor *lz_linear(lz_tensor *x, lz_tensor *weight, lz_tensor *bias)
+{
+    lz_tensor *in[2] = {x, weight};
+    if (lz_check_operands("lz_linear", 2, in)) return NULL;
+    if (!lz_require_f32("lz_linear", x) || !lz_require_f32("lz_linear", weight) ||
+        (bias && !lz_require_f32("lz_linear", bias)))
+        return NULL;
+    int nx = lz_t_ndim(x);
+    const int64_t *sx = lz_t_shape(x), *sw = lz_t_shape(weight);
+    char bx[96], bw[96];
+    if (nx < 1 || lz_t_ndim(weight) != 2 || sx[nx - 1] != sw[1])
+        return lz_errorf("lz_linear: input %s and weight %s: expected input [..., in] and "
+                         "weight [out, in]", lz_shape_str(bx, nx, sx),
+                         lz_shape_str(bw, lz_t_ndim(weight), sw));
+    if (bias && (lz_t_ndim(bias) != 1 || lz_t_shape(bias)[0] != sw[0]))
+        return lz_errorf("lz_linear: bias %s does not match weight %s: expected [%lld]",
+                         lz_shape_str(bx, lz_t_ndim(bias), lz_t_shape(bias)),
+                         lz_shape_str(bw, 2, sw), (long long)sw[0]);
+    /* a 1-d input is one row, as in torch */
+    lz_tensor *x2 = x;
+    if (nx == 1) {
+        int64_t s[2] = {1, sx[0]};
+        if (!(x2 = lz_reshape(x, 2, s))) return NULL;
+    }
+    lz_tensor *y = matmul_t(x2, 0, weight, 1);
+    if (y) {
+        lz_tensor *ag_in[2] = {x2, weight};
+        lz_ag_attach(y, "lz_linear", linear_backward, 2, ag_in, NULL);
+    }
+    if (x2 != x) {
+        int64_t s[1] = {sw[0]};
+        lz_tensor *y1 = y ? lz_reshape(y, 1, s) : NULL;
+        lz_free(y);
+        lz_free(x2);
+        y = y1;
+    }
+    if (!y || !bias) return y;
+    lz_tensor *yb = lz_add(y, bias);
+    lz_free(y);
+    return yb;
+}
+
 /* ---- softmax / log_softmax ----------------------------------------------------- */
 
 static int softmax_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
