@@ -62,6 +62,7 @@ typedef struct trace {
     lz_tensor **grad_of;     /* per state tensor: the leaf whose grad it is (owned), or NULL */
     int *keep;               /* per output slot: the input slot of the state value it
                                 replaces, or -1 (lz_executor_enqueue) */
+    char *bound;             /* per state tensor: bound to an input slot (read by exe) */
     struct trace *next;
 } trace;
 
@@ -144,9 +145,11 @@ static void clear_capture(trace *tr)
     free(tr->slots); free(tr->outputs); free(tr->returned); free(tr->state); free(tr->state_slot);
     free(tr->grad_of);
     free(tr->keep);
+    free(tr->bound);
     tr->slots = NULL; tr->outputs = NULL; tr->returned = NULL; tr->state = NULL; tr->state_slot = NULL;
     tr->grad_of = NULL;
     tr->keep = NULL;
+    tr->bound = NULL;
     tr->n_slots = tr->n_outputs = tr->n_state = 0;
     tr->captured = 0;
 }
@@ -410,11 +413,15 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     /* a failed replay leaves each state tensor at the value it read */
     tr->keep = malloc(sizeof *tr->keep * (size_t)(g.n_outputs + 1));
     assert(tr->keep);
+    tr->bound = calloc((size_t)n_state + 1, 1);
+    assert(tr->bound);
     for (int o = 0; o < g.n_outputs; o++) tr->keep[o] = -1;
     for (int i = 0; i < n_state; i++)
         for (int k = 0; k < tr->n_slots; k++)
-            if (tr->slots[k].kind == SRC_TENSOR && tr->slots[k].t == state[i] && tr->state_slot[i] >= 0)
-                tr->keep[tr->state_slot[i]] = k;
+            if (tr->slots[k].kind == SRC_TENSOR && tr->slots[k].t == state[i]) {
+                tr->bound[i] = 1;
+                if (tr->state_slot[i] >= 0) tr->keep[tr->state_slot[i]] = k;
+            }
     rc = lz_execute_graph(&g, exe);
     lz_graph_release(&g);
     drop_snapshot(&s);
@@ -458,6 +465,24 @@ static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *con
     return rc;
 }
 
+/* The buffer of state tensor i if this replay may write its new value
+   there: the executable does not read the old value (a gradient remade
+   every step) and nothing else can (no other node, tensor or execution in
+   flight holds it). Reusing it keeps a replay from holding the state's old
+   and new values at once, as a lazy step that drops its gradients first
+   does not, and skips an allocation. */
+static lz_buffer *dead_state_buffer(const lz_fn *f, const trace *tr, lz_tensor *const *in, int i)
+{
+    int o = tr->state_slot[i];
+    const lz_node *n = tr->state[i]->node;
+    if (o < 0 || tr->bound[i] || n->refs != 1 || !n->buf ||
+        !lz_buffer_unshared(n->buf, tr->outputs[o].nbytes))
+        return NULL;
+    for (int k = 0; k < f->n_in; k++)
+        if (in[k]->node->buf == n->buf) return NULL;
+    return n->buf;
+}
+
 static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
 {
     if (sync_pending_bindings(f, tr, in)) return -1;
@@ -470,12 +495,29 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
                : b->kind == SRC_TENSOR ? b->t->node->buf : b->buf;
     }
-    int made = 0, rc = 0;
-    for (; made < tr->n_outputs; made++) {
-        outb[made] = lz_buffer_placeholder(tr->outputs[made].nbytes);
-        if (!outb[made]) { rc = -1; break; }
+    char reuse_small[64], *reuse = reuse_small;
+    if (tr->n_outputs > 64) reuse = malloc((size_t)tr->n_outputs);
+    assert(reuse);
+    memset(reuse, 0, (size_t)tr->n_outputs);
+    for (int o = 0; o < tr->n_outputs; o++) outb[o] = NULL;
+    for (int i = 0; i < tr->n_state; i++) {
+        lz_buffer *b = dead_state_buffer(f, tr, in, i);
+        int o = tr->state_slot[i];
+        if (b && !outb[o]) { outb[o] = b; reuse[o] = 1; }
+    }
+    /* reused buffers are changed only once nothing can fail */
+    int rc = 0;
+    for (int o = 0; o < tr->n_outputs && rc == 0; o++) {
+        if (reuse[o]) continue;
+        outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
+        if (!outb[o]) rc = -1;
     }
     if (rc == 0) {
+        for (int o = 0; o < tr->n_outputs; o++)
+            if (reuse[o]) {
+                lz_buffer_ref(outb[o]);
+                lz_buffer_refill(outb[o]);
+            }
         lz_executor_enqueue(tr->exe, inb, outb, tr->keep);
         lz_counters.executions++;
         lz_counters.flops += tr->exe->prog.flops;
@@ -503,7 +545,9 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
             }
         }
     }
-    for (int o = 0; o < made; o++) lz_buffer_unref(outb[o]);
+    for (int o = 0; o < tr->n_outputs; o++)
+        if (outb[o] && (rc == 0 || !reuse[o])) lz_buffer_unref(outb[o]);
+    if (reuse != reuse_small) free(reuse);
     if (inb != in_small) free(inb);
     if (outb != out_small) free(outb);
     if (rc != 0) {

@@ -47,6 +47,22 @@ lz_buffer *lz_buffer_failed(size_t nbytes, const char *msg)
 lz_buffer *lz_buffer_new(size_t nbytes) { return buffer_alloc(nbytes, 1); }
 lz_buffer *lz_buffer_placeholder(size_t nbytes) { return buffer_alloc(nbytes, 0); }
 
+int lz_buffer_unshared(const lz_buffer *b, size_t nbytes)
+{
+    return atomic_load(&b->refs) == 1 && b->data && !b->error && b->nbytes == nbytes;
+}
+
+void lz_buffer_refill(lz_buffer *b)
+{
+    /* A new identity: the old value is gone, and prev_buf_id / cut scratch
+       must not take the new one for it. */
+    b->id = atomic_fetch_add(&next_id, 1) + 1;
+    b->ready = 0;
+    b->host_seen = 0;
+    b->cut_epoch = 0;
+    b->cut_slot = 0;
+}
+
 void lz_buffer_ref(lz_buffer *b) { atomic_fetch_add(&b->refs, 1); }
 
 void lz_buffer_unref(lz_buffer *b)

@@ -32,6 +32,13 @@ lz_buffer *lz_buffer_placeholder(size_t nbytes);
    msg when read. For the results of a step that failed before it ran.
    NULL on failure (out of host memory). */
 lz_buffer *lz_buffer_failed(size_t nbytes, const char *msg);
+/* Whether the caller's reference is the only one to b (no execution in
+   flight binds it, nothing else can read it) and b holds nbytes of valid
+   memory: then its value may be overwritten by a new execution. */
+int        lz_buffer_unshared(const lz_buffer *b, size_t nbytes);
+/* Turns an unshared buffer into a placeholder for an execution about to be
+   enqueued: a new id, not ready, not yet waited for. */
+void       lz_buffer_refill(lz_buffer *b);
 void       lz_buffer_ref(lz_buffer *b);
 void       lz_buffer_unref(lz_buffer *b);
 

@@ -78,10 +78,18 @@ static void run_job(job *j)
             kept[o] = 1;
         }
     }
+    /* The job's references go before it counts as finished: once a wait
+       returns, memory the host no longer holds is free (the next step can
+       reuse it, and the peak and bytes-held metrics do not depend on how
+       soon this thread got to run). */
+    for (int i = 0; i < p->n_inputs; i++) lz_buffer_unref(j->in[i]);
+    int n_outputs = p->n_outputs;
+    lz_executable_unref(j->exe);   /* p is gone with it */
     pthread_mutex_lock(&mu);
-    for (int o = 0; o < p->n_outputs; o++) {
+    for (int o = 0; o < n_outputs; o++) {
         if (err && !(kept && kept[o])) j->out[o]->error = strdup(err);
         j->out[o]->ready = 1;
+        lz_buffer_unref(j->out[o]);
     }
     free(kept);
     if (err && !unreported_error) unreported_error = strdup(err);
@@ -89,13 +97,6 @@ static void run_job(job *j)
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&mu);
     free(err);
-}
-
-static void release_job(job *j)
-{
-    for (int i = 0; i < j->exe->prog.n_inputs; i++) lz_buffer_unref(j->in[i]);
-    for (int o = 0; o < j->exe->prog.n_outputs; o++) lz_buffer_unref(j->out[o]);
-    lz_executable_unref(j->exe);
     free(j->in);
     free(j->out);
     free(j->keep);
@@ -117,7 +118,6 @@ static void *executor_main(void *arg)
         if (!head) tail = NULL;
         pthread_mutex_unlock(&mu);
         run_job(j);
-        release_job(j);
     }
     return NULL;
 }

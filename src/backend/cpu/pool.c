@@ -2,7 +2,12 @@
  * reuse. A training step frees and allocates the same sizes every step;
  * large blocks would otherwise be fresh mmaps whose pages fault in again
  * each step. Buffers are freed on both threads (the executor drops its
- * references after a run), hence the lock. */
+ * references after a run), hence the lock.
+ *
+ * When the cache is full, the blocks freed longest ago make room for the
+ * new one: sizes a finished model or step no longer asks for must not keep
+ * the next one's blocks from being cached (they would then be unmapped
+ * and faulted in again on every step). */
 #include "backend/cpu/pool.h"
 
 #include <pthread.h>
@@ -13,10 +18,16 @@
 
 #define NBUCKETS 1024
 
-typedef struct block { struct block *next; size_t size; } block;   /* lives in the freed memory */
+/* Lives in the freed memory (blocks are at least 64 bytes). */
+typedef struct block {
+    struct block *next, *prev;         /* same bucket */
+    struct block *newer, *older;       /* free order */
+    size_t size;
+} block;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static block *buckets[NBUCKETS];
+static block *newest, *oldest;
 static size_t cached, limit;
 
 static size_t round_size(size_t n) { return (n + 63) / 64 * 64; }
@@ -32,16 +43,27 @@ static size_t cache_limit(void)
     return limit;
 }
 
+/* under mu */
+static void unlink_block(block *b)
+{
+    if (b->prev) b->prev->next = b->next;
+    else buckets[bucket_of(b->size)] = b->next;
+    if (b->next) b->next->prev = b->prev;
+    if (b->newer) b->newer->older = b->older;
+    else newest = b->older;
+    if (b->older) b->older->newer = b->newer;
+    else oldest = b->newer;
+    cached -= b->size;
+}
+
 void *lz_pool_alloc(size_t nbytes)
 {
     if (lz_fault_hit(LZ_FAULT_ALLOC)) return NULL;
     size_t size = round_size(nbytes ? nbytes : 1);
     pthread_mutex_lock(&mu);
-    for (block **pp = &buckets[bucket_of(size)]; *pp; pp = &(*pp)->next) {
-        if ((*pp)->size != size) continue;
-        block *b = *pp;
-        *pp = b->next;
-        cached -= size;
+    for (block *b = buckets[bucket_of(size)]; b; b = b->next) {
+        if (b->size != size) continue;
+        unlink_block(b);
         pthread_mutex_unlock(&mu);
         return b;
     }
@@ -54,30 +76,51 @@ void lz_pool_free(void *p, size_t nbytes)
     if (!p) return;
     size_t size = round_size(nbytes ? nbytes : 1);
     pthread_mutex_lock(&mu);
-    if (cached + size > cache_limit()) {
+    if (size > cache_limit()) {
         pthread_mutex_unlock(&mu);
         free(p);
         return;
     }
+    block *evicted = NULL;
+    while (cached + size > cache_limit()) {
+        block *o = oldest;
+        unlink_block(o);
+        o->next = evicted;       /* freed outside the lock */
+        evicted = o;
+    }
     block *b = p;
     b->size = size;
+    b->prev = NULL;
     b->next = buckets[bucket_of(size)];
+    if (b->next) b->next->prev = b;
     buckets[bucket_of(size)] = b;
+    b->newer = NULL;
+    b->older = newest;
+    if (newest) newest->newer = b;
+    newest = b;
+    if (!oldest) oldest = b;
     cached += size;
     pthread_mutex_unlock(&mu);
+    while (evicted) {
+        block *next = evicted->next;
+        free(evicted);
+        evicted = next;
+    }
 }
 
 void lz_pool_trim(void)
 {
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < NBUCKETS; i++)
-        while (buckets[i]) {
-            block *b = buckets[i];
-            buckets[i] = b->next;
-            free(b);
-        }
+    block *all = newest;
+    for (int i = 0; i < NBUCKETS; i++) buckets[i] = NULL;
+    newest = oldest = NULL;
     cached = 0;
     pthread_mutex_unlock(&mu);
+    while (all) {
+        block *next = all->older;
+        free(all);
+        all = next;
+    }
 }
 
 size_t lz_pool_cached_bytes(void)

@@ -4,7 +4,8 @@
 #include <stddef.h>
 
 /* 64-byte aligned host memory; freed blocks are reused by exact size, up
-   to LZ_POOL_MIB (default 4096) MiB cached. */
+   to LZ_POOL_MIB (default 4096) MiB cached; when full, the blocks freed
+   longest ago are returned to the system first. */
 void *lz_pool_alloc(size_t nbytes);
 void  lz_pool_free(void *p, size_t nbytes);
 /* Returns every cached block to the system. */
