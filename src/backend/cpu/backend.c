@@ -10,24 +10,40 @@
 #include "backend/fault.h"
 #include "core/error.h"
 
+typedef struct cpu_step {
+    lz_kernel kernel;
+    const lz_stateful_kernel *stateful;   /* with state: runs instead of kernel */
+    void *state;
+} cpu_step;
+
 struct lz_backend_exec {
     const lz_program *prog;
-    lz_kernel kernels[];     /* one per step */
+    cpu_step steps[];        /* one per step */
 };
 
 static void cpu_copy(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 
+static void cpu_release(lz_backend_exec *e)
+{
+    for (int i = 0; i < e->prog->n_steps; i++)
+        if (e->steps[i].state) e->steps[i].stateful->release(e->steps[i].state);
+    free(e);
+}
+
 static lz_backend_exec *cpu_prepare(const lz_program *p)
 {
-    lz_backend_exec *e = malloc(sizeof *e + sizeof(lz_kernel) * (size_t)(p->n_steps + 1));
+    lz_backend_exec *e = calloc(1, sizeof *e + sizeof(cpu_step) * (size_t)(p->n_steps + 1));
     if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_steps);
     e->prog = p;
     for (int i = 0; i < p->n_steps; i++) {
-        e->kernels[i] = lz_cpu_kernel_for((lz_op)p->steps[i].op);
-        if (!e->kernels[i]) {
-            free(e);
+        cpu_step *cs = &e->steps[i];
+        cs->kernel = lz_cpu_kernel_for((lz_op)p->steps[i].op);
+        if (!cs->kernel) {
+            cpu_release(e);
             return lz_errorf("cpu backend: no kernel for op %s", lz_op_name((lz_op)p->steps[i].op));
         }
+        cs->stateful = lz_cpu_stateful_kernel_for((lz_op)p->steps[i].op);
+        if (cs->stateful) cs->state = cs->stateful->prepare(p, &p->steps[i]);
     }
     return e;
 }
@@ -37,19 +53,20 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
     const lz_program *p = e->prog;
     for (int i = 0; i < p->n_steps; i++) {
         if (lz_fault_hit(LZ_FAULT_KERNEL)) return lz_fault_kernel_message(lz_op_name((lz_op)p->steps[i].op));
-        const char *err = e->kernels[i](p, &p->steps[i], ptrs);
+        const cpu_step *cs = &e->steps[i];
+        const char *err = cs->state ? cs->stateful->run(cs->state, p, &p->steps[i], ptrs)
+                                    : cs->kernel(p, &p->steps[i], ptrs);
         if (err) return err;
     }
     return NULL;
 }
-
-static void cpu_release(lz_backend_exec *e) { free(e); }
 
 /* lz_shutdown, with the executor stopped: no kernel holds scratch. */
 static void cpu_trim(void)
 {
     lz_pool_trim();
     lz_cpu_scratch_trim();
+    lz_dnnl_conv_trim();
 }
 
 const lz_backend *lz_backend_cpu(void)

@@ -14,6 +14,11 @@ lz_kernel lz_cpu_kernel_for(lz_op op)
     return NULL;
 }
 
+const lz_stateful_kernel *lz_cpu_stateful_kernel_for(lz_op op)
+{
+    return lz_cpu_dnnl_conv_kernel(op);
+}
+
 void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *strides)
 {
     int off = out->ndim - in->ndim;

@@ -30,6 +30,31 @@ lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_step *s);
 /* The kernel for op, or NULL if no family has one. */
 lz_kernel lz_cpu_kernel_for(lz_op op);
 
+/* A kernel that builds state for its step when an executable is compiled
+   (oneDNN primitives) and reuses it on every run. prepare returns NULL
+   when the step is better (or only) run by the plain kernel for its op. */
+typedef struct lz_stateful_kernel {
+    void *(*prepare)(const lz_program *p, const lz_step *s);
+    const char *(*run)(void *state, const lz_program *p, const lz_step *s, void *const *ptrs);
+    void (*release)(void *state);
+} lz_stateful_kernel;
+
+/* The stateful kernel for op, or NULL: op has plain kernels only. */
+const lz_stateful_kernel *lz_cpu_stateful_kernel_for(lz_op op);
+const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op);   /* k_dnnl_conv.c */
+/* Whether conv2d steps use oneDNN primitives (k_dnnl_conv.c): 1 on the
+   steps where they measured faster, 2 on every step oneDNN has a jit
+   kernel for (to test them), 0 off. LZ_DNNL_CONV=1 or =2 in the
+   environment (read once) picks 1 or 2, anything else 0; lz_dnnl_conv_set
+   overrides that (-1: back to the environment) for tests. Executables
+   already compiled keep their choice. */
+int  lz_dnnl_conv_enabled(void);
+void lz_dnnl_conv_set(int on);
+/* How many steps were prepared with a oneDNN primitive, ever (tests). */
+int64_t lz_dnnl_conv_created(void);
+/* Frees the oneDNN engine and stream once no prepared step holds them. */
+void lz_dnnl_conv_trim(void);
+
 /* Strides (in elements) that read `in` broadcast to out's shape, aligned
    to out's ndim (0 on broadcast axes). */
 void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *strides);

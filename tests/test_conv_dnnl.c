@@ -1,0 +1,190 @@
+/* conv2d on oneDNN primitives (k_dnnl_conv.c) against the im2col kernels:
+ * forward and both gradients agree with the oneDNN path on and off, the
+ * values read back are plain NCHW / OIHW whatever layout the primitive
+ * used inside, a training step is still one execution, and steps oneDNN
+ * is not used for (1x1) make no primitive. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/cache.h"
+#include "testlib.h"
+
+#define TOL 1e-5
+
+typedef struct result { float *y, *gx, *gw; int64_t ny, nx, nw, primitives, executions; } result;
+
+/* One training step of sum(conv(x, w) * r), compiled afresh with the
+   oneDNN path on or off. */
+static result run_case(int dnnl, const int64_t *xs, const int64_t *ws, lz_conv2d_opts o)
+{
+    result res = {0};
+    lz_dnnl_conv_set(dnnl);
+    lz_cache_clear();   /* an executable keeps the choice it was compiled with */
+    lz_tensor *x = lz_test_rand(41, -1, 1, 4, xs), *w = lz_test_rand(42, -0.5f, 0.5f, 4, ws);
+    lz_requires_grad(x, 1);
+    lz_requires_grad(w, 1);
+    int64_t p0 = lz_dnnl_conv_created();
+    lz_metrics m0 = lz_metrics_get();
+    lz_tensor *y = lz_conv2d(x, w, NULL, o);
+    CHECK(y != NULL);
+    if (!y) return res;
+    int64_t ys[4];
+    for (int d = 0; d < 4; d++) ys[d] = lz_dim(y, d);
+    lz_tensor *r = lz_test_rand(43, -1, 1, 4, ys);
+    lz_tensor *yr = lz_mul(y, r), *loss = lz_sum(yr);
+    CHECK(lz_backward(loss) == 0);
+    lz_mark_step();
+    res.y = lz_test_read(y);
+    res.gx = lz_test_read(lz_grad(x));
+    res.gw = lz_test_read(lz_grad(w));
+    lz_metrics m1 = lz_metrics_get();
+    res.executions = m1.executions - m0.executions;
+    res.primitives = lz_dnnl_conv_created() - p0;
+    res.ny = ys[0] * ys[1] * ys[2] * ys[3];
+    res.nx = xs[0] * xs[1] * xs[2] * xs[3];
+    res.nw = ws[0] * ws[1] * ws[2] * ws[3];
+    lz_free(loss);
+    lz_free(yr);
+    lz_free(r);
+    lz_free(y);
+    lz_free(w);
+    lz_free(x);
+    return res;
+}
+
+static void free_result(result *r)
+{
+    free(r->y);
+    free(r->gx);
+    free(r->gw);
+}
+
+/* The plain-layout forward and weight gradient, straight from the
+   definition: the larger relative error of y and gw against them. */
+static double naive_err(const float *y, const float *gw, const int64_t *xs, const int64_t *ws,
+                        const int64_t *ys, lz_conv2d_opts o)
+{
+    int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    int64_t ny = ys[0] * ys[1] * ys[2] * ys[3];
+    float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+    float *ref = malloc(sizeof(float) * (size_t)ny), *r = malloc(sizeof(float) * (size_t)ny);
+    double *gref = calloc((size_t)nw, sizeof(double));
+    lz_test_fill_uniform(x, nx, 41, -1, 1);
+    lz_test_fill_uniform(w, nw, 42, -0.5f, 0.5f);
+    lz_test_fill_uniform(r, ny, 43, -1, 1);
+    int64_t G = o.groups ? o.groups : 1, Cg = xs[1] / G, Og = ws[0] / G;
+    int64_t sh = o.stride[0] ? o.stride[0] : 1, sw = o.stride[1] ? o.stride[1] : 1;
+    int64_t dh = o.dilation[0] ? o.dilation[0] : 1, dw = o.dilation[1] ? o.dilation[1] : 1;
+    for (int64_t n = 0; n < ys[0]; n++)
+        for (int64_t oc = 0; oc < ys[1]; oc++)
+            for (int64_t oh = 0; oh < ys[2]; oh++)
+                for (int64_t ow = 0; ow < ys[3]; ow++) {
+                    double acc = 0;
+                    int64_t g = oc / Og;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t kh = 0; kh < ws[2]; kh++)
+                            for (int64_t kw = 0; kw < ws[3]; kw++) {
+                                int64_t ih = oh * sh - o.padding[0] + kh * dh;
+                                int64_t iw = ow * sw - o.padding[1] + kw * dw;
+                                if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+                                int64_t xi = ((n * xs[1] + g * Cg + c) * xs[2] + ih) * xs[3] + iw;
+                                int64_t wi = ((oc * Cg + c) * ws[2] + kh) * ws[3] + kw;
+                                acc += (double)x[xi] * w[wi];
+                                gref[wi] += (double)x[xi] * r[((n * ys[1] + oc) * ys[2] + oh) * ys[3] + ow];
+                            }
+                    ref[((n * ys[1] + oc) * ys[2] + oh) * ys[3] + ow] = (float)acc;
+                }
+    double e = lz_test_rel_err(y, ref, ny);
+    for (int64_t i = 0; i < nw; i++) w[i] = (float)gref[i];
+    double eg = lz_test_rel_err(gw, w, nw);
+    if (eg > e) e = eg;
+    free(r);
+    free(gref);
+    free(x);
+    free(w);
+    free(ref);
+    return e;
+}
+
+/* mode: lz_dnnl_conv_set's (2: every step oneDNN can run, whatever its
+   size, 1: the steps measured faster); min_prims: how many of the three
+   steps must run on oneDNN (-1: none). */
+static void check_case(int mode, const int64_t *xs, const int64_t *ws, lz_conv2d_opts o,
+                       int min_prims, const char *what)
+{
+    result on = run_case(mode, xs, ws, o), off = run_case(0, xs, ws, o);
+    CHECK(on.y && on.gx && on.gw && off.y && off.gx && off.gw);
+    if (!(on.y && on.gx && on.gw && off.y && off.gx && off.gw)) {
+        free_result(&on);
+        free_result(&off);
+        return;
+    }
+    double ey = lz_test_rel_err(on.y, off.y, on.ny), ex = lz_test_rel_err(on.gx, off.gx, on.nx);
+    double ew = lz_test_rel_err(on.gw, off.gw, on.nw);
+    int64_t ys[4] = {xs[0], ws[0], 0, 0};
+    int64_t G = o.groups ? o.groups : 1;
+    (void)G;
+    for (int d = 0; d < 2; d++) {
+        int64_t s = o.stride[d] ? o.stride[d] : 1, dl = o.dilation[d] ? o.dilation[d] : 1;
+        ys[2 + d] = (xs[2 + d] + 2 * o.padding[d] - dl * (ws[2 + d] - 1) - 1) / s + 1;
+    }
+    double en = naive_err(on.y, on.gw, xs, ws, ys, o);
+    printf("%-28s primitives %lld  rel err y %.1e gx %.1e gw %.1e  naive %.1e\n", what,
+           (long long)on.primitives, ey, ex, ew, en);
+    CHECK(ey <= TOL);
+    CHECK(ex <= TOL);
+    CHECK(ew <= TOL);
+    CHECK(en <= 1e-5);
+    CHECK_EQ_I(on.executions, 1);
+    CHECK_EQ_I(off.executions, 1);
+    CHECK_EQ_I(off.primitives, 0);
+    if (min_prims < 0) CHECK_EQ_I(on.primitives, 0);
+    else CHECK(on.primitives >= min_prims);
+    free_result(&on);
+    free_result(&off);
+}
+
+int main(void)
+{
+    check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}}, 3, "3x3 pad 1");
+    check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){24, 16, 3, 3},
+               (lz_conv2d_opts){.stride = {2, 2}}, 1, "stride 2, rows dropped");
+    check_case(2, (int64_t[]){2, 16, 13, 11}, (int64_t[]){16, 16, 3, 3},
+               (lz_conv2d_opts){.stride = {2, 2}, .padding = {1, 1}}, 1, "stride 2 pad 1 odd");
+    check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
+               (lz_conv2d_opts){.padding = {2, 2}, .dilation = {2, 2}}, 3, "dilation 2");
+    check_case(2, (int64_t[]){2, 32, 10, 10}, (int64_t[]){32, 16, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}, .groups = 2}, 1, "groups 2");
+    check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 1, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}, .groups = 16}, 3, "depthwise");
+    check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 1, 3, 3},
+               (lz_conv2d_opts){.stride = {2, 2}, .padding = {1, 1}, .groups = 16}, 1,
+               "depthwise stride 2");
+    check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){32, 16, 1, 1},
+               (lz_conv2d_opts){0}, 3, "1x1");
+    /* the choice made for real steps: resnet18's layer1 conv at batch 2,
+       64x64 runs on oneDNN, a 1x1 and a small conv do not */
+    check_case(1, (int64_t[]){2, 64, 16, 16}, (int64_t[]){64, 64, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}}, 3, "resnet18 layer1 (measured)");
+    check_case(1, (int64_t[]){2, 64, 16, 16}, (int64_t[]){128, 64, 1, 1},
+               (lz_conv2d_opts){0}, -1, "1x1 (measured: im2col)");
+    check_case(1, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}}, -1, "small (measured: im2col)");
+    check_case(1, (int64_t[]){2, 512, 4, 4}, (int64_t[]){512, 512, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}}, 1, "vgg16 4x4 (measured)");
+    check_case(1, (int64_t[]){2, 256, 8, 8}, (int64_t[]){512, 256, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}}, 1, "vgg16 8x8 (measured)");
+    check_case(1, (int64_t[]){2, 128, 16, 16}, (int64_t[]){256, 128, 3, 3},
+               (lz_conv2d_opts){.padding = {1, 1}}, 3, "vgg16 16x16 (measured)");
+    check_case(2, (int64_t[]){2, 3, 32, 32}, (int64_t[]){16, 3, 7, 7},
+               (lz_conv2d_opts){.stride = {2, 2}, .padding = {3, 3}}, 1, "stem 7x7 s2");
+    check_case(2, (int64_t[]){2, 16, 11, 9}, (int64_t[]){16, 16, 3, 2},
+               (lz_conv2d_opts){.stride = {2, 1}, .padding = {0, 1}, .dilation = {1, 2}}, 1,
+               "rectangular");
+    lz_dnnl_conv_set(-1);
+    lz_shutdown();
+    return lz_test_done();
+}
