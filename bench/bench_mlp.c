@@ -158,19 +158,6 @@ fail:
     return -1;
 }
 
-static int parse_long(const char *opt, const char *val, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = val ? strtol(val, &end, 10) : 0;
-    if (!val || end == val || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "bench_mlp: %s needs an integer in [%ld, %ld]\n", opt, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_mlp [--batch B] [--in D] [--hidden H] [--depth L] [--classes C]\n"
@@ -201,8 +188,8 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (parse_long(opts[k].name, i + 1 < argc ? argv[++i] : NULL, opts[k].lo, opts[k].hi,
-                       opts[k].v) != 0)
+        if (mlp_parse_long("bench_mlp", opts[k].name, i + 1 < argc ? argv[++i] : NULL,
+                           opts[k].lo, opts[k].hi, opts[k].v) != 0)
             return 2;
     }
 

@@ -6,8 +6,10 @@
 #ifndef LZ_BENCH_MLP_MODEL_H
 #define LZ_BENCH_MLP_MODEL_H
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +128,22 @@ static inline int mlp_record_step(mlp_model *m)
     int rc = mlp_step_fn(m, in, out);
     lz_scope_end();
     return rc;
+}
+
+/* An integer option value within [lo, hi]; prints "PROG: OPT needs ..."
+   and returns -1 when the value is not one. */
+static inline int mlp_parse_long(const char *prog, const char *opt, const char *val,
+                                 long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = val ? strtol(val, &end, 10) : 0;
+    if (!val || end == val || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s needs an integer in [%ld, %ld]\n", prog, opt, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 #endif

@@ -123,19 +123,6 @@ static int run_mode(int captured, const cfg *c, result *r)
     return rc;
 }
 
-static int parse_long(const char *opt, const char *val, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = val ? strtol(val, &end, 10) : 0;
-    if (!val || end == val || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "soak: %s needs an integer in [%ld, %ld]\n", opt, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: soak [--steps N] [--warmup W] [--read-every R] [--max-growth-kib K]\n"
@@ -169,8 +156,8 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (parse_long(opts[k].name, i + 1 < argc ? argv[++i] : NULL, opts[k].lo, opts[k].hi,
-                       opts[k].v) != 0)
+        if (mlp_parse_long("soak", opts[k].name, i + 1 < argc ? argv[++i] : NULL,
+                           opts[k].lo, opts[k].hi, opts[k].v) != 0)
             return 2;
     }
 
