@@ -67,33 +67,6 @@ static void valid_cols(const geom *g, int64_t off, int64_t *lo, int64_t *hi)
     *hi = b;
 }
 
-/* col[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw] */
-static void im2col(const geom *g, const float *x, float *col)
-{
-    for (int64_t c = 0; c < g->Cg; c++)
-        for (int64_t kh = 0; kh < g->KH; kh++)
-            for (int64_t kw = 0; kw < g->KW; kw++) {
-                float *row = col + ((c * g->KH + kh) * g->KW + kw) * g->P;
-                int64_t off = kw * g->dw - g->pw, lo, hi;
-                valid_cols(g, off, &lo, &hi);
-                for (int64_t oh = 0; oh < g->OH; oh++) {
-                    float *dst = row + oh * g->OW;
-                    int64_t ih = oh * g->sh - g->ph + kh * g->dh;
-                    if (ih < 0 || ih >= g->H) {
-                        memset(dst, 0, sizeof(float) * (size_t)g->OW);
-                        continue;
-                    }
-                    const float *src = x + (c * g->H + ih) * g->W + off;
-                    for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;
-                    if (g->sw == 1)
-                        memcpy(dst + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
-                    else
-                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * g->sw];
-                    for (int64_t ow = hi; ow < g->OW; ow++) dst[ow] = 0;
-                }
-            }
-}
-
 /* Row r = (c*KH + kh)*KW + kw of one image's column matrix, as im2col
    writes it. */
 static void gather_col_row(const geom *g, const float *x, int64_t r, float *dst_row)
@@ -110,9 +83,18 @@ static void gather_col_row(const geom *g, const float *x, int64_t r, float *dst_
         }
         const float *src = x + (c * g->H + ih) * g->W + off;
         for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;
-        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * g->sw];
+        if (g->sw == 1)
+            memcpy(dst + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+        else
+            for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * g->sw];
         for (int64_t ow = hi; ow < g->OW; ow++) dst[ow] = 0;
     }
+}
+
+/* col[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw] */
+static void im2col(const geom *g, const float *x, float *col)
+{
+    for (int64_t r = 0; r < g->K; r++) gather_col_row(g, x, r, col + r * g->P);
 }
 
 /* The adjoint of im2col: x += every column entry at the input it came from
