@@ -168,30 +168,14 @@ int main(int argc, char **argv)
 {
     lz_use_passive_openmp(argv);
     cfg c = { .batch = 64, .in = 784, .hidden = 256, .depth = 1, .classes = 10, .steps = 100, .warmup = 5 };
-    struct { const char *name; long *v; long lo, hi; } opts[] = {
+    const mlp_opt opts[] = {
         { "--batch", &c.batch, 1, 1 << 20 }, { "--in", &c.in, 1, 1 << 20 },
         { "--hidden", &c.hidden, 1, 1 << 20 }, { "--classes", &c.classes, 2, 1 << 20 },
         { "--depth", &c.depth, 0, MLP_MAX_LAYERS - 1 },
         { "--steps", &c.steps, 1, 1 << 20 }, { "--warmup", &c.warmup, 0, 1 << 20 },
     };
-    for (int i = 1; i < argc; i++) {
-        size_t k = 0, nk = sizeof opts / sizeof opts[0];
-        for (; k < nk; k++)
-            if (strcmp(argv[i], opts[k].name) == 0)
-                break;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (k == nk) {
-            fprintf(stderr, "bench_mlp: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-        if (mlp_parse_long("bench_mlp", opts[k].name, i + 1 < argc ? argv[++i] : NULL,
-                           opts[k].lo, opts[k].hi, opts[k].v) != 0)
-            return 2;
-    }
+    int rc = mlp_parse_args("bench_mlp", argc, argv, opts, sizeof opts / sizeof opts[0], usage);
+    if (rc >= 0) return rc;
 
     printf("MLP %ld-%ldx%ld-%ld, batch %ld, SGD momentum; median of %ld steps after %ld warm-up\n\n",
            c.in, c.hidden, c.depth, c.classes, c.batch, c.steps, c.warmup);

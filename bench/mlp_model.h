@@ -146,4 +146,30 @@ static inline int mlp_parse_long(const char *prog, const char *opt, const char *
     return 0;
 }
 
+typedef struct mlp_opt { const char *name; long *v; long lo, hi; } mlp_opt;
+
+/* Parses "--name value" pairs against opts. Returns -1 when the program
+   should go on, else its exit status: 0 after -h/--help, 2 on a bad option. */
+static inline int mlp_parse_args(const char *prog, int argc, char **argv, const mlp_opt *opts,
+                                 size_t n_opts, void (*usage)(FILE *))
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        size_t k = 0;
+        while (k < n_opts && strcmp(argv[i], opts[k].name) != 0) k++;
+        if (k == n_opts) {
+            fprintf(stderr, "%s: unknown option '%s'\n", prog, argv[i]);
+            usage(stderr);
+            return 2;
+        }
+        if (mlp_parse_long(prog, opts[k].name, i + 1 < argc ? argv[++i] : NULL,
+                           opts[k].lo, opts[k].hi, opts[k].v) != 0)
+            return 2;
+    }
+    return -1;
+}
+
 #endif

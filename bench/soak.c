@@ -134,7 +134,7 @@ int main(int argc, char **argv)
     lz_use_passive_openmp(argv);
     cfg c = { .m = { .batch = 64, .in = 784, .hidden = 256, .depth = 1, .classes = 10 },
               .steps = 10000, .warmup = 200, .read_every = 1, .max_growth_kib = 1024 };
-    struct { const char *name; long *v; long lo, hi; } opts[] = {
+    const mlp_opt opts[] = {
         { "--steps", &c.steps, 1, 1L << 30 }, { "--warmup", &c.warmup, 0, 1L << 30 },
         { "--read-every", &c.read_every, 1, 1L << 30 },
         { "--max-growth-kib", &c.max_growth_kib, 0, 1L << 30 },
@@ -142,24 +142,8 @@ int main(int argc, char **argv)
         { "--hidden", &c.m.hidden, 1, 1 << 20 }, { "--classes", &c.m.classes, 2, 1 << 20 },
         { "--depth", &c.m.depth, 0, MLP_MAX_LAYERS - 1 },
     };
-    for (int i = 1; i < argc; i++) {
-        size_t k = 0, nk = sizeof opts / sizeof opts[0];
-        for (; k < nk; k++)
-            if (strcmp(argv[i], opts[k].name) == 0)
-                break;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (k == nk) {
-            fprintf(stderr, "soak: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-        if (mlp_parse_long("soak", opts[k].name, i + 1 < argc ? argv[++i] : NULL,
-                           opts[k].lo, opts[k].hi, opts[k].v) != 0)
-            return 2;
-    }
+    int rc = mlp_parse_args("soak", argc, argv, opts, sizeof opts / sizeof opts[0], usage);
+    if (rc >= 0) return rc;
 
     printf("soak: MLP %ld-%ldx%ld-%ld, batch %ld, SGD momentum; %ld steps per mode after %ld "
            "warm-up, loss read every %ld\n\n",
