@@ -33,25 +33,11 @@ int lz_fusion_enabled(void)
 
 void lz_fusion_set(int on) { forced = on < 0 ? -1 : !!on; }
 
-/* The ops the fused kernel runs, with the element-wise kernel's formulas. */
-static int fusable_op(lz_op op)
-{
-    switch (op) {
-    case LZ_OP_NEG: case LZ_OP_EXP: case LZ_OP_LOG: case LZ_OP_SQRT: case LZ_OP_RSQRT:
-    case LZ_OP_TANH: case LZ_OP_SIGMOID: case LZ_OP_RELU: case LZ_OP_GELU: case LZ_OP_POW:
-    case LZ_OP_SCALE: case LZ_OP_CAST:
-    case LZ_OP_ADD: case LZ_OP_SUB: case LZ_OP_MUL: case LZ_OP_DIV: case LZ_OP_MAXIMUM:
-    case LZ_OP_GT: case LZ_OP_LT: case LZ_OP_GE: case LZ_OP_LE: case LZ_OP_EQ:
-    case LZ_OP_RELU_GRAD: case LZ_OP_GELU_GRAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
 
 static int fusable(const lz_program *p, const lz_step *s)
 {
-    if (!fusable_op((lz_op)s->op) || s->n_in < 1 || s->n_in > LZ_FUSED_MAX_IN) return 0;
+    /* the element-wise kernel's formulas; where (3 operands) stays unfused */
+    if (!lz_op_is_elementwise((lz_op)s->op) || s->n_in < 1 || s->n_in > LZ_FUSED_MAX_IN) return 0;
     const lz_value *o = &p->values[s->out];
     if (o->dtype != LZ_F32 || o->numel == 0) return 0;
     for (int k = 0; k < s->n_in; k++)

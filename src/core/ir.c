@@ -138,6 +138,21 @@ int64_t lz_node_numel(const lz_node *n)
     return k;
 }
 
+int lz_op_is_elementwise(lz_op op)
+{
+    switch (op) {
+    case LZ_OP_NEG: case LZ_OP_EXP: case LZ_OP_LOG: case LZ_OP_SQRT: case LZ_OP_RSQRT:
+    case LZ_OP_TANH: case LZ_OP_SIGMOID: case LZ_OP_RELU: case LZ_OP_GELU: case LZ_OP_POW:
+    case LZ_OP_SCALE: case LZ_OP_CAST:
+    case LZ_OP_ADD: case LZ_OP_SUB: case LZ_OP_MUL: case LZ_OP_DIV: case LZ_OP_MAXIMUM:
+    case LZ_OP_GT: case LZ_OP_LT: case LZ_OP_GE: case LZ_OP_LE: case LZ_OP_EQ:
+    case LZ_OP_WHERE: case LZ_OP_RELU_GRAD: case LZ_OP_GELU_GRAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 const char *lz_op_name(lz_op op)
 {
     static const char *const names[LZ_OP_COUNT] = {

@@ -122,6 +122,10 @@ void     lz_node_unref(lz_node *n);
 void     lz_node_materialise(lz_node *n, struct lz_buffer *buf);
 int64_t  lz_node_numel(const lz_node *n);
 const char *lz_op_name(lz_op op);
+/* 1 if op computes each output element from the same element of its
+   (broadcast) operands by one formula: what an element-wise kernel runs and
+   what the compiler may fuse. */
+int      lz_op_is_elementwise(lz_op op);
 
 uint64_t lz_hash_mix(uint64_t h, uint64_t v);
 /* Hash of n as a data leaf: shape and dtype only, never values. */

@@ -294,15 +294,5 @@ static const char *k_elementwise(const lz_program *p, const lz_step *s, void *co
 
 lz_kernel lz_cpu_elementwise_kernel(lz_op op)
 {
-    switch (op) {
-    case LZ_OP_NEG: case LZ_OP_EXP: case LZ_OP_LOG: case LZ_OP_SQRT: case LZ_OP_RSQRT:
-    case LZ_OP_TANH: case LZ_OP_SIGMOID: case LZ_OP_RELU: case LZ_OP_GELU: case LZ_OP_POW:
-    case LZ_OP_SCALE: case LZ_OP_CAST:
-    case LZ_OP_ADD: case LZ_OP_SUB: case LZ_OP_MUL: case LZ_OP_DIV: case LZ_OP_MAXIMUM:
-    case LZ_OP_GT: case LZ_OP_LT: case LZ_OP_GE: case LZ_OP_LE: case LZ_OP_EQ:
-    case LZ_OP_WHERE: case LZ_OP_RELU_GRAD: case LZ_OP_GELU_GRAD:
-        return k_elementwise;
-    default:
-        return NULL;
-    }
+    return lz_op_is_elementwise(op) ? k_elementwise : NULL;
 }
