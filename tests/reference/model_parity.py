@@ -21,6 +21,9 @@ for resnet18_fmnist (`lazyc train --model resnet18`, fmnist_ref.py).
         running statistic. Prints one line per model and names the worst
         tensor of any failure; exits 1 if a model fails.
 
+Models without batch norm train on the seeded batch or, of a few others,
+the one whose ReLU inputs stay farthest from the kink (train_batch).
+
 The reference is the PyTorch definition of each model (torchvision 0.14;
 BERT from bert_ref.py), initialised by torch from a per-model seed, with
 every all-zero float parameter (ViT's zero-initialised head and class
@@ -41,7 +44,9 @@ over a batch of 2 are ill-conditioned: PyTorch's own f32 run differs from
 its f64 one by up to several hundred percent on some gradients (a BN bias
 whose exact gradient is 0, the last bottlenecks of resnet50), and three SGD
 steps compound it. For those models each tensor's tolerance is the larger
-of 1e-4 and 30x PyTorch's own f32 error on it (measured here, one thread),
+of 1e-4 and 30x PyTorch's own f32 error on it (measured here, one thread,
+the largest over F32_DRAWS runs with the weights moved by a few rounding
+steps: a ReLU unit near its kink flips in some runs and not in others),
 and the printed line says which tolerance applied. Their gradients are also
 checked with batch norm in eval mode (test_models grads ... eval), where
 they are well conditioned, at the strict 1e-4.
@@ -76,6 +81,7 @@ SMOKE_CLASSES = 10
 TOL = 1e-4
 MARGIN = 30.0   # times PyTorch's own f32 error, where that is measured and larger
 SGD_STEPS, LR, MOMENTUM = 3, 0.01, 0.9
+F32_DRAWS = 3   # PyTorch f32 runs that measure the BN models' conditioning
 
 
 def make_model(name):
@@ -187,11 +193,46 @@ def eval_batch(model, name, shape, candidates=4):
     return best
 
 
+def train_batch(name, x, candidates=4):
+    """The seeded batch x, or of a few others the one whose ReLU inputs (in
+    train mode, as the case runs) stay farthest from the kink. On the
+    seeded batch vgg16 has a ReLU input 7e-8 of its layer's largest: lazyc
+    then matched PyTorch with either convolution kernel alone but not with
+    both mixed, a flipped unit that says nothing about the code (see
+    eval_batch)."""
+    if not x.is_floating_point():
+        return x
+    model = bert_ref.disable_dropout(make_case(name)[0].double()).train()
+    best = (x, relu_margin(model, x.double()))
+    for k in range(1, candidates):
+        gen = torch.Generator().manual_seed(zlib.crc32(name.encode()) + 2000 + k)
+        xk = torch.rand(x.shape, generator=gen) * 2 - 1
+        m = relu_margin(model, xk.double())
+        if m > best[1]:
+            best = (xk, m)
+    return best[0]
+
+
+def perturbed(model, draw):
+    """model itself (draw 0), or with every float weight scaled by
+    1 + u, |u| < 2^-20 (a few f32 rounding steps, what another summation
+    order moves a dot product by), drawn from a fixed seed."""
+    if draw:
+        gen = torch.Generator().manual_seed(7919 * draw)
+        with torch.no_grad():
+            for p in model.parameters():
+                u = (torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0 ** -20
+                p.copy_((p.double() * (1 + u)).to(p.dtype))
+    return model
+
+
 def write_case(name, outdir):
     """Writes the case files; returns the reference's losses over the SGD
     steps and PyTorch's own f32 errors (empty when not measured)."""
     os.makedirs(outdir, exist_ok=True)
     model, x, y = make_case(name)
+    if not has_batch_norm(model):
+        x = train_batch(name, x)
     save_file({k: as_f32(v) for k, v in model.state_dict().items()},
               os.path.join(outdir, "weights.safetensors"))
     save_file({"x": x, "y": y}, os.path.join(outdir, "inputs.safetensors"))
@@ -206,12 +247,24 @@ def write_case(name, outdir):
         # rounding alone moves some gradients by percents, and three SGD
         # steps compound it. PyTorch's own f32 run (one thread, so it is
         # reproducible) measures what f32 arithmetic allows per tensor.
+        # One f32 run is one draw of roundings; a ReLU unit near its kink
+        # flips in some draws and not others (resnext50_32x4d's last block:
+        # its bn3.bias gradient is 1e-5 off in PyTorch's f32 run, 8e-2 off
+        # in lazyc's with oneDNN's convolutions and in PyTorch's own run
+        # with weights moved by one rounding step in 1 of 6 seeds, by 8 in
+        # 5 of 6). So the run is repeated with every weight moved by a few
+        # rounding steps, and each tensor's error is the largest.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        e2, s2, _ = trajectory(make_case(name)[0], x, y, torch.float32)
+        for draw in range(F32_DRAWS):
+            e2, s2, _ = trajectory(perturbed(make_case(name)[0], draw), x, y, torch.float32)
+            for k, v in expected.items():
+                if k != "loss":
+                    f32["grads"][k] = max(f32["grads"].get(k, 0.0), rel_err(e2[k], v))
+            for k, v in state.items():
+                if v.is_floating_point():
+                    f32["sgd"][k] = max(f32["sgd"].get(k, 0.0), rel_err(s2[k], v))
         torch.set_num_threads(threads)
-        f32["grads"] = {k: rel_err(e2[k], v) for k, v in expected.items() if k != "loss"}
-        f32["sgd"] = {k: rel_err(s2[k], v) for k, v in state.items() if v.is_floating_point()}
         # In eval mode the same models are well conditioned (PyTorch's f32
         # is within about 1e-6): their gradients are also checked that way,
         # at the strict tolerance, on the batch whose ReLU inputs stay

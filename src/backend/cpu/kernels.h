@@ -44,8 +44,8 @@ const lz_stateful_kernel *lz_cpu_stateful_kernel_for(lz_op op);
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op);   /* k_dnnl_conv.c */
 /* Whether conv2d steps use oneDNN primitives (k_dnnl_conv.c): 1 on the
    steps where they measured faster, 2 on every step oneDNN has a jit
-   kernel for (to test them), 0 off. LZ_DNNL_CONV=1 or =2 in the
-   environment (read once) picks 1 or 2, anything else 0; lz_dnnl_conv_set
+   kernel for (to test them), 0 off. LZ_DNNL_CONV=0 or =2 in the
+   environment (read once) picks 0 or 2, anything else 1; lz_dnnl_conv_set
    overrides that (-1: back to the environment) for tests. Executables
    already compiled keep their choice. */
 int  lz_dnnl_conv_enabled(void);
