@@ -344,6 +344,23 @@ lz_metrics lz_metrics_get(void);
 void       lz_metrics_reset(void);
 char      *lz_metrics_report(void);               /* text; caller frees */
 
+/* ---- profile: kernel time by op -------------------------------------- */
+
+/* Off by default. While on, the backend times every kernel it runs and adds
+   the time to its op's entry (wall time on the executor thread, the
+   kernel's parallel region included); lz_profile_reset empties the table. */
+typedef struct lz_profile_entry {
+    const char *op;          /* the IR op's name: "conv2d", "fused_elementwise" */
+    int library;             /* 1: a library primitive (oneDNN) ran it, 0: lazyc's kernel */
+    int64_t calls;           /* kernels run */
+    double ms;               /* their total time */
+} lz_profile_entry;
+void lz_profile_enable(int on);
+void lz_profile_reset(void);
+/* Copies up to max entries, the slowest first, into out; returns how many
+   (op, library) pairs ran since the last reset. */
+int  lz_profile_read(lz_profile_entry *out, int max);
+
 /* ---- errors ---------------------------------------------------------- */
 
 const char *lz_last_error(void);                   /* NULL when none */

@@ -21,6 +21,7 @@ typedef struct bench_opts {
     long steps, warmup;
     const char *out_dir;
     int json;
+    int profile;                  /* print the captured steps' kernel time by op */
 } bench_opts;
 
 /* One lazyc mode of one model; ms < 0 when it did not run. */

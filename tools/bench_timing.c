@@ -205,11 +205,15 @@ static void fail_mode(inst *b, const char *name, bench_row *row, const char *whe
     lz_clear_error();
 }
 
-static void timed_step(inst *b, const char *name, bench_row *row, long rep, long reps)
+static void timed_step(inst *b, const char *name, bench_row *row, long rep, long reps,
+                       int profile)
 {
     int64_t before = bytes_now();     /* also zeroes the counters */
     double ms = 0;
-    if (run_step(b, &ms) != 0) {
+    lz_profile_enable(profile && b->mode == BENCH_CAPTURED);
+    int rc = run_step(b, &ms);
+    lz_profile_enable(0);
+    if (rc != 0) {
         fail_mode(b, name, row, "in a timed step");
         return;
     }
@@ -254,6 +258,23 @@ static void print_summary(const char *name, const inst *b, const bench_mode_resu
             (long long)r->compiles, b->held_bytes / 1048576.0, b->step_growth / 1048576.0);
 }
 
+/* The captured steps' kernel time by op, the slowest first; the share is
+   of all kernel time (what the executor spent outside kernels is not in it). */
+static void print_profile(const char *name, long steps)
+{
+    enum { MAX = 256, TOP = 16 };   /* MAX: more than (op, library) pairs */
+    lz_profile_entry e[MAX];
+    int n = lz_profile_read(e, MAX);
+    if (n > MAX) n = MAX;
+    double total = 0, per = 1.0 / (double)(steps > 0 ? steps : 1);
+    for (int i = 0; i < n; i++) total += e[i].ms;
+    fprintf(stderr, "  %s captured: kernel time by op, %.2f ms/step in kernels\n", name, total * per);
+    for (int i = 0; i < n && i < TOP; i++)
+        fprintf(stderr, "    %-26s %-6s %7.1f calls/step %9.2f ms/step %5.1f%%\n", e[i].op,
+                e[i].library ? "oneDNN" : "lazyc", (double)e[i].calls * per, e[i].ms * per,
+                total > 0 ? 100.0 * e[i].ms / total : 0.0);
+}
+
 int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_model_spec *spec)
 {
     /* captured first: see the file comment on memory */
@@ -294,10 +315,13 @@ int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_m
         }
         b->held_bytes = bytes_now() - before;
     }
+    lz_profile_reset();
     for (long rep = 0; rc == 0 && rep < o->steps; rep++)
         for (int md = 0; md < N_LZ_MODES; md++)
             if (!insts[md].failed)
-                timed_step(&insts[md], name, row, rep, o->steps);
+                timed_step(&insts[md], name, row, rep, o->steps, o->profile);
+    if (o->profile && rc == 0 && !insts[BENCH_CAPTURED].failed)
+        print_profile(name, insts[BENCH_CAPTURED].n_ms);
     for (int md = 0; md < N_LZ_MODES; md++) {
         insts_failed[md] = insts[md].failed;
         if (rc == 0) {

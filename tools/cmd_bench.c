@@ -26,7 +26,7 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: lazyc bench [--size smoke|bench] [--models a,b,...]\n"
             "                   [--modes eager,lazy,captured,torch] [--steps N] [--warmup N]\n"
-            "                   [--out DIR] [--json]\n\n"
+            "                   [--out DIR] [--json] [--profile]\n\n"
             "Times one training step (forward, cross-entropy, backward, SGD lr 0.01\n"
             "momentum 0.9) of each model in lazyc's eager, lazy and captured modes and\n"
             "in PyTorch eager (when /usr/bin/python3 has torch and torchvision), in the\n"
@@ -41,6 +41,8 @@ static void bench_usage(FILE *f)
             "               the calls that trace)\n"
             "  --out DIR    where bench.csv, bench.md, bench.json and bench.svg go\n"
             "               (default bench-out)\n"
+            "  --profile    after each model, the captured mode's kernel time by op\n"
+            "               (lz_profile_read) on stderr\n"
             "  --json       print the results as one JSON object on stdout (the table\n"
             "               then goes to stderr)\n\n"
             "models:");
@@ -153,6 +155,8 @@ int lz_cmd_bench(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             o.json = 1;
+        } else if (strcmp(a, "--profile") == 0) {
+            o.profile = 1;
             continue;
         }
         if (strcmp(a, "--size") && strcmp(a, "--models") && strcmp(a, "--modes") &&

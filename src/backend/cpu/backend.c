@@ -2,6 +2,7 @@
  * executable at compile time. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
@@ -9,6 +10,7 @@
 #include "backend/cpu/scratch.h"
 #include "backend/fault.h"
 #include "core/error.h"
+#include "core/profile.h"
 
 typedef struct cpu_step {
     lz_kernel kernel;
@@ -48,15 +50,25 @@ static lz_backend_exec *cpu_prepare(const lz_program *p)
     return e;
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
 {
     const lz_program *p = e->prog;
     for (int i = 0; i < p->n_steps; i++) {
         if (lz_fault_hit(LZ_FAULT_KERNEL)) return lz_fault_kernel_message(lz_op_name((lz_op)p->steps[i].op));
         const cpu_step *cs = &e->steps[i];
+        const int timed = lz_profile_on();
+        const double t0 = timed ? now_ms() : 0;
         const char *err = cs->state ? cs->stateful->run(cs->state, p, &p->steps[i], ptrs)
                                     : cs->kernel(p, &p->steps[i], ptrs);
         if (err) return err;
+        if (timed) lz_profile_add(p->steps[i].op, cs->state != NULL, now_ms() - t0);
     }
     return NULL;
 }
