@@ -17,7 +17,18 @@ typedef struct run {
     float *vals[MAX_OUT * STEPS];
     int64_t numel[MAX_OUT * STEPS];
     int64_t kernels[STEPS], executions[STEPS];
+    int64_t hardtanh_kernels;    /* forward and gradient, all steps (lz_profile) */
 } run;
+
+static int64_t calls_of(const char *op)
+{
+    lz_profile_entry e[256];
+    int n = lz_profile_read(e, 256);
+    int64_t calls = 0;
+    for (int i = 0; i < n && i < 256; i++)
+        if (strcmp(e[i].op, op) == 0) calls += e[i].calls;
+    return calls;
+}
 
 static void record(run *r, lz_tensor *t)
 {
@@ -128,6 +139,19 @@ static lz_tensor *cnn_loss(lz_tensor **p)
     return lz_mean(lz_mul(y, y));
 }
 
+/* relu6 folds into its batch norm (compile/fuse_bn_act.c); a batch norm
+   whose output something besides its ReLU reads must not fold */
+static lz_tensor *cnn6_loss(lz_tensor **p)
+{
+    lz_tensor *c = lz_conv2d(cnn_x, p[0], p[1], (lz_conv2d_opts){ .padding = { 1, 1 } });
+    lz_tensor *b = lz_relu6(lz_batch_norm(c, p[2], p[3], cnn_rm, cnn_rv, 1, 0.1f, 1e-5f));
+    lz_tensor *n2 = lz_batch_norm(lz_mul(b, p[4]), NULL, NULL, NULL, NULL, 1, 0.1f, 1e-5f);
+    lz_tensor *y = lz_add(lz_relu(n2), n2);
+    return lz_mean(lz_mul(y, y));
+}
+
+static lz_tensor *(*cnn_loss_fn)(lz_tensor **) = cnn_loss;
+
 static void cnn_run(run *r)
 {
     int64_t xs[4] = { 4, 3, 12, 12 }, ws[4] = { 8, 3, 3, 3 }, cs[1] = { 8 }, ss[3] = { 8, 1, 1 };
@@ -137,7 +161,11 @@ static void cnn_run(run *r)
     cnn_rv = lz_from_host(ones, LZ_F32, 1, cs);
     lz_tensor *p[5] = { param(12, 0.3f, 4, ws), param(13, 0.1f, 1, cs), param(14, 1.0f, 1, cs),
                         param(15, 0.1f, 1, cs), param(16, 1.0f, 3, ss) };
-    train(r, p, 5, cnn_loss);
+    lz_profile_reset();
+    lz_profile_enable(1);
+    train(r, p, 5, cnn_loss_fn);
+    lz_profile_enable(0);
+    r->hardtanh_kernels = calls_of("hardtanh") + calls_of("hardtanh_grad");
     record(r, cnn_rm);
     record(r, cnn_rv);
     lz_free(cnn_x);
@@ -183,6 +211,8 @@ static void chain_run(run *r, int big)
 static void chain_small(run *r) { chain_run(r, 0); }
 static void chain_big(run *r) { chain_run(r, 1); }
 
+static run last_on, last_off;   /* the counters of both()'s last runs */
+
 /* Runs body with fusion on and off: a fresh library each time, so no
    executable compiled under one setting serves the other. */
 static void both(void (*body)(run *), const char *what)
@@ -195,6 +225,8 @@ static void both(void (*body)(run *), const char *what)
     body(&off);
     lz_shutdown();
     compare(&on, &off, what);
+    last_on = on;
+    last_off = off;
     run_free(&on);
     run_free(&off);
     lz_fusion_set(-1);
@@ -204,6 +236,11 @@ int main(void)
 {
     both(mlp_run, "mlp sgd step");
     both(cnn_run, "conv+bn+relu sgd step");
+    cnn_loss_fn = cnn6_loss;
+    both(cnn_run, "conv+bn+relu6, bn read twice, sgd step");
+    /* relu6 ran inside the batch norm: only its gradient kernel is left */
+    CHECK_EQ_I(last_on.hardtanh_kernels, STEPS);
+    CHECK_EQ_I(last_off.hardtanh_kernels, 2 * STEPS);
     both(chain_small, "broadcast chain");
     both(chain_big, "broadcast chain (threaded)");
     return lz_test_done();

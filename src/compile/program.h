@@ -70,6 +70,10 @@ typedef struct lz_program {
 
 void lz_program_free(lz_program *p);
 
+/* Folds a ReLU or hardtanh that alone reads a training batch norm's
+   output into the batch-norm step (fuse_bn_act.c), unless fusion is off.
+   Runs before lz_fuse. */
+void lz_fuse_bn_activation(lz_program *p);
 /* Replaces runs of element-wise steps with fused steps, unless fusion is
    off (fuse.c). Runs before the memory plan. */
 void lz_fuse(lz_program *p);

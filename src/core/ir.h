@@ -76,7 +76,10 @@ typedef enum lz_op {
     /* training-mode batch norm over axis 1 of x [N, C, ...], fused */
     LZ_OP_BATCH_NORM_STATS,     /* (x) -> [2, C]: mean, biased variance */
     LZ_OP_BATCH_NORM,           /* (x, stats, eps 0-d[, weight][, bias]); iattr[0] has
-                                   weight, iattr[1] has bias -> x shape */
+                                   weight, iattr[1] has bias -> x shape; iattr[2] an
+                                   activation applied on the way out (LZ_BN_ACT_*, set
+                                   by the compiler only: compile/fuse_bn_act.c), with
+                                   fattr[0..1] hardtanh's bounds */
     LZ_OP_BATCH_NORM_GRAD_STATS,/* (x, stats, eps, g) -> [2, C]: sum g, sum g * xhat */
     LZ_OP_BATCH_NORM_GRAD,      /* (x, stats, eps, g, gstats[, weight]); iattr[0] has
                                    weight -> dx, the gradient through the batch stats too */
@@ -85,6 +88,8 @@ typedef enum lz_op {
                            element-wise steps run as one pass (lz_step.fused) */
     LZ_OP_COUNT
 } lz_op;
+
+enum { LZ_BN_ACT_NONE, LZ_BN_ACT_RELU, LZ_BN_ACT_HARDTANH };
 
 typedef struct lz_node {
     int refs;

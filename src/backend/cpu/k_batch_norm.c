@@ -123,6 +123,8 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
     const float *b = has_b ? ptrs[s->in[3 + has_w]] : NULL;
     float *y = ptrs[s->out];
     const int64_t planes = d.N * d.C;
+    const int act = (int)s->iattr[2];
+    const float lo = s->fattr[0], hi = s->fattr[1];
     #pragma omp parallel for schedule(static) if (planes * d.S > PAR_MIN && planes > 1)
     for (int64_t pl = 0; pl < planes; pl++) {
         int64_t c = pl % d.C;
@@ -132,6 +134,13 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
         const float *xr = x + pl * d.S;
         float *yr = y + pl * d.S;
         for (int64_t i = 0; i < d.S; i++) yr[i] = (xr[i] - m) * is * wc + bc;
+        /* the activation folded in by the compiler, with relu_f32's and
+           k_hardtanh's formulas (NaN passes through) */
+        if (act == LZ_BN_ACT_RELU)
+            for (int64_t i = 0; i < d.S; i++) yr[i] = yr[i] < 0 ? 0.0f : yr[i];
+        else if (act == LZ_BN_ACT_HARDTANH)
+            for (int64_t i = 0; i < d.S; i++)
+                yr[i] = yr[i] < lo ? lo : yr[i] > hi ? hi : yr[i];
     }
     return NULL;
 }
