@@ -2,9 +2,10 @@
  * each of the CPU kernel's paths: per-image products summed by the team,
  * one image at a time, and the gathered [K, N*P] product that deep layers
  * on small images (few output pixels, many channels) take. Stride,
- * padding, dilation and groups included. Also the 2x2 max pool fast path
- * against torch's rules: ties go to the first maximum, NaN wins (the last
- * one takes the gradient), and rows or columns no window covers get 0. */
+ * padding, dilation and groups included. Also max pooling's fast paths
+ * (2x2, and 3x3 windows inside the input) and its edges against torch's
+ * rules: ties go to the first maximum, NaN wins (the last one takes the
+ * gradient), and rows or columns no window covers get 0. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -60,19 +61,27 @@ static void check_case(const conv_case *c)
     lz_scope_end();
 }
 
-static void max_pool_2x2(void)
+/* Max pooling against torch's rules on data full of ties and NaNs, for a
+   window size, stride, padding and ceil mode: the 2x2 fast path, the 3x3
+   path for windows inside the input, and the generic windows at edges. */
+static void max_pool_rules(int k, int st, int pad, int ceil)
 {
-    enum { N = 2, C = 3, H = 5, W = 7, OH = 2, OW = 3 };
-    float xv[N * C * H * W], gv[N * C * OH * OW];
+    enum { N = 2, C = 3, H = 9, W = 11, MAXO = 16 };
+    const int OH = (H + 2 * pad - k + (ceil ? st - 1 : 0)) / st + 1;
+    const int OW = (W + 2 * pad - k + (ceil ? st - 1 : 0)) / st + 1;
+    float xv[N * C * H * W], gv[N * C * MAXO * MAXO];
     for (int i = 0; i < N * C * H * W; i++) xv[i] = (float)(i * 7 % 3);   /* many ties */
     xv[3] = NAN;
     xv[W + 3] = NAN;   /* two NaNs in one window: the later one takes the gradient */
+    xv[4 * W + 5] = NAN;   /* one inside the input, away from every edge */
     for (int i = 0; i < N * C * OH * OW; i++) gv[i] = (float)(i + 1);
     lz_scope_begin();
     lz_tensor *x = lz_from_host(xv, LZ_F32, 4, (int64_t[]){N, C, H, W});
     lz_tensor *g = lz_from_host(gv, LZ_F32, 4, (int64_t[]){N, C, OH, OW});
     lz_requires_grad(x, 1);
-    lz_tensor *y = lz_max_pool2d(x, (lz_pool2d_opts){.kernel = {2, 2}});
+    lz_tensor *y = lz_max_pool2d(x, (lz_pool2d_opts){.kernel = {k, k}, .stride = {st, st},
+                                                     .padding = {pad, pad}, .ceil_mode = ceil});
+    CHECK(y && lz_ndim(y) == 4 && lz_dim(y, 2) == OH && lz_dim(y, 3) == OW);
     CHECK(lz_backward(lz_sum(lz_mul(y, g))) == 0);
     float *yv = lz_test_read(y), *dx = lz_test_read(lz_grad(x));
     CHECK(yv && dx);
@@ -82,19 +91,23 @@ static void max_pool_2x2(void)
         for (int oh = 0; oh < OH; oh++)
             for (int ow = 0; ow < OW; ow++) {
                 int best = -1, nan_at = -1;
-                for (int k = 0; k < 4; k++) {
-                    int i = pl * H * W + (2 * oh + k / 2) * W + 2 * ow + k % 2;
-                    if (isnan(xv[i])) nan_at = i;
-                    else if (best < 0 || xv[i] > xv[best]) best = i;
-                }
+                for (int ih = oh * st - pad; ih < oh * st - pad + k; ih++)
+                    for (int iw = ow * st - pad; iw < ow * st - pad + k; iw++) {
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        int i = pl * H * W + ih * W + iw;
+                        if (isnan(xv[i])) nan_at = i;
+                        else if (best < 0 || xv[i] > xv[best]) best = i;
+                    }
                 int pick = nan_at >= 0 ? nan_at : best;
                 float want = xv[pick], got = yv[(pl * OH + oh) * OW + ow];
                 bad_y += isnan(want) ? !isnan(got) : got != want;
                 ref_dx[pick] += gv[(pl * OH + oh) * OW + ow];
             }
-    CHECK_EQ_I(bad_y, 0);
     int bad_dx = 0;
     for (int i = 0; dx && i < N * C * H * W; i++) bad_dx += dx[i] != ref_dx[i];
+    printf("max_pool k%d s%d p%d ceil %d: %d outputs, %d gradients wrong\n", k, st, pad, ceil,
+           bad_y, bad_dx);
+    CHECK_EQ_I(bad_y, 0);
     CHECK_EQ_I(bad_dx, 0);
     free(yv);
     free(dx);
@@ -103,7 +116,11 @@ static void max_pool_2x2(void)
 
 int main(void)
 {
-    max_pool_2x2();
+    max_pool_rules(2, 2, 0, 0);
+    max_pool_rules(3, 2, 1, 0);   /* ResNet's */
+    max_pool_rules(3, 2, 0, 1);   /* SqueezeNet's */
+    max_pool_rules(3, 1, 1, 0);
+    max_pool_rules(3, 3, 0, 0);
     static const conv_case cases[] = {
         {"gathered 2x2 out", 3, 8, 4, 4, 64, 3, 2, 1, 1, 1},
         {"gathered 1x1 kernel", 4, 16, 2, 2, 32, 1, 1, 0, 1, 1},
