@@ -35,9 +35,9 @@ static lz_tensor *encoder_layer(const lz_params *p, const bert *b, int i, lz_ten
     lz_tensor *a = lz_tf_self_attention(p, att, x, b->heads, pd);
     x = lz_layer_norm(lz_add(x, maybe_dropout(a, b->p_drop, drop)), 1,
                       lz_tf_param(p, "%s.norm1.weight", pre), lz_tf_param(p, "%s.norm1.bias", pre), 1e-5f);
-    lz_tensor *f = lz_gelu(lz_tf_linear(x, lz_tf_param(p, "%s.linear1.weight", pre),
+    lz_tensor *f = lz_gelu(lz_linear(x, lz_tf_param(p, "%s.linear1.weight", pre),
                                         lz_tf_param(p, "%s.linear1.bias", pre)));
-    f = lz_tf_linear(maybe_dropout(f, b->p_drop, drop), lz_tf_param(p, "%s.linear2.weight", pre),
+    f = lz_linear(maybe_dropout(f, b->p_drop, drop), lz_tf_param(p, "%s.linear2.weight", pre),
                      lz_tf_param(p, "%s.linear2.bias", pre));
     return lz_layer_norm(lz_add(x, maybe_dropout(f, b->p_drop, drop)), 1,
                          lz_tf_param(p, "%s.norm2.weight", pre), lz_tf_param(p, "%s.norm2.bias", pre), 1e-5f);
@@ -66,7 +66,7 @@ static lz_tensor *bert_forward(lz_model *m, lz_tensor *tokens, int training)
                       lz_tf_param(p, "embedding.norm.bias"), 1e-12f);
     x = maybe_dropout(x, b->p_drop, drop);
     for (int i = 0; i < b->layers; i++) x = encoder_layer(p, b, i, x, drop);
-    lz_tensor *y = lz_tf_linear(x, lz_tf_param(p, "head.weight"), lz_tf_param(p, "head.bias"));
+    lz_tensor *y = lz_linear(x, lz_tf_param(p, "head.weight"), lz_tf_param(p, "head.bias"));
     lz_keep(y);
     lz_scope_end();
     return y;

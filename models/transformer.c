@@ -20,27 +20,6 @@ lz_tensor *lz_tf_param(const lz_params *p, const char *fmt, ...)
     return t;
 }
 
-lz_tensor *lz_tf_linear(lz_tensor *x, lz_tensor *w, lz_tensor *b)
-{
-    if (!x || !w) return NULL;
-    int nd = lz_ndim(x);
-    int64_t shape[LZ_MAX_DIMS];
-    for (int d = 0; d < nd; d++) shape[d] = lz_dim(x, d);
-    lz_scope_begin();
-    /* one 2-d product instead of a batch of small ones */
-    int64_t flat[2] = {-1, shape[nd - 1]};
-    lz_tensor *x2 = nd == 2 ? x : lz_reshape(x, 2, flat);
-    lz_tensor *y = lz_matmul(x2, lz_transpose(w, 0, 1));
-    if (b) y = lz_add(y, b);
-    if (nd != 2 && y) {
-        shape[nd - 1] = lz_dim(w, 0);
-        y = lz_reshape(y, nd, shape);
-    }
-    lz_keep(y);
-    lz_scope_end();
-    return y;
-}
-
 /* [B, S, E] -> [B, H, S, E/H] */
 static lz_tensor *split_heads(lz_tensor *x, int heads)
 {
@@ -56,7 +35,7 @@ lz_tensor *lz_tf_self_attention(const lz_params *p, const char *prefix, lz_tenso
     if (!x) return NULL;
     int64_t b = lz_dim(x, 0), s = lz_dim(x, 1), e = lz_dim(x, 2);
     lz_scope_begin();
-    lz_tensor *qkv = lz_tf_linear(x, lz_tf_param(p, "%s.in_proj_weight", prefix),
+    lz_tensor *qkv = lz_linear(x, lz_tf_param(p, "%s.in_proj_weight", prefix),
                                   lz_tf_param(p, "%s.in_proj_bias", prefix));
     lz_tensor *q = split_heads(lz_slice(qkv, 2, 0, e), heads);
     lz_tensor *k = split_heads(lz_slice(qkv, 2, e, 2 * e), heads);
@@ -75,7 +54,7 @@ lz_tensor *lz_tf_self_attention(const lz_params *p, const char *prefix, lz_tenso
     static const int perm[4] = {0, 2, 1, 3};
     int64_t merged[3] = {b, s, e};
     o = lz_reshape(lz_permute(o, perm), 3, merged);
-    lz_tensor *y = lz_tf_linear(o, lz_tf_param(p, "%s.out_proj.weight", prefix),
+    lz_tensor *y = lz_linear(o, lz_tf_param(p, "%s.out_proj.weight", prefix),
                                 lz_tf_param(p, "%s.out_proj.bias", prefix));
     lz_keep(y);
     lz_scope_end();

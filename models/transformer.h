@@ -11,9 +11,6 @@
 lz_tensor *lz_tf_param(const lz_params *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* x [..., in] @ w[out, in]^T + b[out] (b may be NULL) -> [..., out]. */
-lz_tensor *lz_tf_linear(lz_tensor *x, lz_tensor *w, lz_tensor *b);
-
 /* nn.MultiheadAttention(E, heads, batch_first=True) on x [B, S, E] as
    query, key and value, with the parameters prefix.in_proj_weight,
    prefix.in_proj_bias, prefix.out_proj.weight, prefix.out_proj.bias.

@@ -28,8 +28,8 @@ static lz_tensor *encoder_block(const lz_params *p, const vit *v, int i, lz_tens
     x = lz_add(x, lz_tf_self_attention(p, att, h, v->heads, 0.0f));
     h = lz_layer_norm(x, 1, lz_tf_param(p, "%s.ln_2.weight", pre),
                       lz_tf_param(p, "%s.ln_2.bias", pre), 1e-6f);
-    h = lz_gelu(lz_tf_linear(h, lz_tf_param(p, "%s.mlp.0.weight", pre), lz_tf_param(p, "%s.mlp.0.bias", pre)));
-    h = lz_tf_linear(h, lz_tf_param(p, "%s.mlp.3.weight", pre), lz_tf_param(p, "%s.mlp.3.bias", pre));
+    h = lz_gelu(lz_linear(h, lz_tf_param(p, "%s.mlp.0.weight", pre), lz_tf_param(p, "%s.mlp.0.bias", pre)));
+    h = lz_linear(h, lz_tf_param(p, "%s.mlp.3.weight", pre), lz_tf_param(p, "%s.mlp.3.bias", pre));
     return lz_add(x, h);
 }
 
@@ -60,7 +60,7 @@ static lz_tensor *vit_forward(lz_model *m, lz_tensor *x, int training)
     y = lz_layer_norm(y, 1, lz_tf_param(p, "encoder.ln.weight"), lz_tf_param(p, "encoder.ln.bias"), 1e-6f);
     int64_t first[2] = {b, e};
     y = lz_reshape(lz_slice(y, 1, 0, 1), 2, first);   /* the class token: x[:, 0] */
-    y = lz_tf_linear(y, lz_tf_param(p, "heads.head.weight"), lz_tf_param(p, "heads.head.bias"));
+    y = lz_linear(y, lz_tf_param(p, "heads.head.weight"), lz_tf_param(p, "heads.head.bias"));
     lz_keep(y);
     lz_scope_end();
     return y;
