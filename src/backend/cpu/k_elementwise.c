@@ -145,6 +145,99 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
 #define SQRT1_2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
 
+/* gelu and its gradient are hot in transformer training, and libm's erff
+   and expf are calls that keep these loops scalar. The helpers below are
+   branch-free so that the loops vectorise. Phi is built from erfc beyond
+   the small-argument range, so that its left tail keeps its relative
+   accuracy instead of cancelling in 1 + erf. */
+static inline uint32_t f32_bits(float f)
+{
+    union { float f; uint32_t u; } v = {.f = f};
+    return v.u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+    union { uint32_t u; float f; } v = {.u = u};
+    return v.f;
+}
+
+/* c ? a : b as a mask blend: GCC turns a ?: on floats back into a branch
+   when it can fold one arm (a clamp) into the arithmetic after it, and
+   floating-point code under a branch does not vectorise */
+static inline float select_f32(int c, float a, float b)
+{
+    uint32_t m = 0u - (uint32_t)(c != 0);
+    return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
+}
+
+/* exp(-x*x/2), 0 below the normal range, NaN for NaN */
+static inline float gauss_f32(float x)
+{
+    /* x*x rounded would cost up to x*x/2 * 2^-24 of absolute error in the
+       exponent, so x = xh + xl with xh holding 12 bits: -xh*xh/2 is exact
+       and the small rest, -xl*(x+xh)/2, joins the reduced argument */
+    float xh = f32_from_bits(f32_bits(x) & 0xfffff000u);
+    float xl = x - xh;
+    float yh = -0.5f * xh * xh, yl = -0.5f * xl * (x + xh);
+    const float magic = 0x1.8p23f; /* adding it rounds to an integer */
+    float yc = select_f32(yh < -87.5f, -87.5f, yh);
+    float kf = yc * 1.44269504088896341f + magic;
+    uint32_t kb = f32_bits(kf) - f32_bits(magic); /* k, two's complement */
+    kf -= magic;
+    /* y = k ln2 + r; ln2's high part has spare low bits so k * LN2_HI is
+       exact */
+    float r = ((yc - kf * 0.693145751953125f) + yl) - kf * 1.42860682030941723212e-6f;
+    float q = 4.999999345e-01f +
+              r * (1.666652069e-01f +
+                   r * (4.166838737e-02f + r * (8.368709988e-03f + r * 1.381461330e-03f)));
+    float p = 1.0f + (r + r * r * q);
+    float scale = f32_from_bits((kb + 127u) << 23); /* 2^k, k in [-126, 0] */
+    return select_f32(yh < -87.5f, 0.0f, p * scale);
+}
+
+/* Phi(x), the standard normal cdf, given e = exp(-x*x/2) */
+static inline float norm_cdf_f32(float x, float e)
+{
+    float z = fabsf(x) * SQRT1_2;
+    /* |z| < 0.75: erf(z) = z P(z^2) */
+    float z2 = z * z;
+    float erf_small =
+        z * (1.128379165e+00f +
+             z2 * (-3.761261876e-01f +
+                   z2 * (1.128337660e-01f +
+                         z2 * (-2.683462571e-02f + z2 * (5.114347503e-03f + z2 * -6.749525373e-04f)))));
+    float phi_small = 0.5f + 0.5f * select_f32(x < 0, -erf_small, erf_small);
+    /* beyond: erfc(z) = exp(-z^2) t Q(t), t = 1 / (z + 2); z is capped where
+       exp(-z^2) has long underflowed, so Q stays finite for infinite x */
+    float zc = select_f32(z < 10.0f, z, 10.0f);
+    float t = 1.0f / (zc + 2.0f);
+    float erfc_big =
+        e * t *
+        (5.641602330e-01f +
+         t * (1.129942525e+00f +
+              t * (1.939000051e+00f +
+                   t * (3.276926205e+00f +
+                        t * (-8.999363954e-01f +
+                             t * (1.737263405e+01f +
+                                  t * (-6.003961479e+01f +
+                                       t * (6.825922255e+01f + t * -2.692354345e+01f))))))));
+    float phi_big = select_f32(x < 0, 0.5f * erfc_big, 1.0f - 0.5f * erfc_big);
+    return select_f32(z < 0.75f, phi_small, phi_big);
+}
+
+static inline float gelu_f32_1(float x)
+{
+    return x * norm_cdf_f32(x, gauss_f32(x));
+}
+
+/* gelu'(x) = Phi(x) + x phi(x) */
+static inline float gelu_grad_f32_1(float x)
+{
+    float e = gauss_f32(x);
+    return norm_cdf_f32(x, e) + x * INV_SQRT_2PI * e;
+}
+
 ROW1(neg_f32, float, float, -x)
 /* Integer arithmetic wraps around, as in torch; signed overflow in C is
    undefined, so it is done on unsigned words. */
@@ -158,7 +251,7 @@ ROW1(tanh_f32, float, float, tanhf(x))
 ROW1(sigmoid_f32, float, float, 1.0f / (1.0f + expf(-x)))
 /* x < 0 ? 0 : x keeps NaN, as torch.relu does */
 ROW1(relu_f32, float, float, x < 0 ? 0.0f : x)
-ROW1(gelu_f32, float, float, 0.5f * x * (1.0f + erff(x * SQRT1_2)))
+ROW1(gelu_f32, float, float, gelu_f32_1(x))
 ROW1(scale_f32, float, float, x * fa[0])
 ROW1(pow_f32, float, float, powf(x, fa[0]))
 ROW1(pow2_f32, float, float, x * x)
@@ -206,9 +299,7 @@ CMP_ALL(le, a <= b)
 CMP_ALL(eq, a == b)
 ROW2(div_f32, float, float, a / b)
 ROW2(relu_grad_f32, float, float, a > 0 ? b : 0.0f)
-/* gelu'(x) = Phi(x) + x phi(x) */
-ROW2(gelu_grad_f32, float, float,
-     b * (0.5f * (1.0f + erff(a * SQRT1_2)) + a * INV_SQRT_2PI * expf(-0.5f * a * a)))
+ROW2(gelu_grad_f32, float, float, b * gelu_grad_f32_1(a))
 
 ROW_WHERE(where_f32_w4, float, uint32_t)
 ROW_WHERE(where_f32_w8, float, uint64_t)
