@@ -60,23 +60,6 @@ static void adaptive_window(int64_t i, int64_t in, int64_t out, int64_t *lo, int
     *hi = ((i + 1) * in + out - 1) / out;
 }
 
-/* Max of the window [h0, h1) x [w0, w1) (NaN if any element is NaN, as in
-   torch). Written as a select the compiler turns into maxss: on data the
-   comparison is a coin toss, and a branch on it mispredicts half the time. */
-static float window_max(const pgeom *g, const float *x, int64_t h0, int64_t h1, int64_t w0,
-                        int64_t w1)
-{
-    float m = -INFINITY;
-    int nan = 0;
-    for (int64_t ih = h0; ih < h1; ih++)
-        for (int64_t iw = w0; iw < w1; iw++) {
-            float v = x[ih * g->W + iw];
-            m = v > m ? v : m;
-            nan |= v != v;
-        }
-    return nan ? NAN : m;
-}
-
 /* Index in the plane of the element torch's max pool picks: the first
    maximum, or the last NaN; -1 for an empty window. One pass of selects,
    no branch on the data: a branch on "is this the max" mispredicts on
@@ -114,7 +97,7 @@ static int is_2x2(const pgeom *g)
            2 * g->OH <= g->H && 2 * g->OW <= g->W;
 }
 
-/* Max of a, b, c, d (row-major window order), NaN if any is, as window_max. */
+/* Max of a, b, c, d (row-major window order), NaN if any is, as torch. */
 static inline float max4(float a, float b, float c, float d)
 {
     float m = a;
@@ -223,6 +206,38 @@ static int inner_3x3(const pgeom *g, int64_t oh, int64_t *lo, int64_t *hi)
     return *lo < *hi;
 }
 
+#define ROW_CHUNK 256   /* outputs of a row picked at a time */
+
+/* Output (oh, ow0 + k), k < n, by torch's rule (argmax: the first maximum,
+   the last NaN): the input index it takes into at[k] (-1 for an empty
+   window) and its value into val[k], either may be NULL. Forward and
+   gradient share it, so both take the same element; inlined with one of
+   them NULL, the other's work drops out (the forward tracking indices
+   it does not need ran several times slower). */
+static inline __attribute__((always_inline)) void
+pick_row(const pgeom *g, const float *xp, int64_t oh, int64_t ow0, int64_t n, int64_t *at,
+         float *val)
+{
+    int64_t lo = 0, hi = 0;
+    if (!inner_3x3(g, oh, &lo, &hi)) lo = hi = 0;
+    lo = lo < ow0 ? ow0 : lo;
+    hi = hi > ow0 + n ? ow0 + n : hi;
+    /* a loop of its own for the windows inside the input: tight, inlined */
+    const int64_t top = (oh * g->sh - g->ph) * g->W - g->pw;
+    for (int64_t ow = lo; ow < hi; ow++) {
+        int nan;
+        const pick m = max3x3(xp, g->W, top + ow * g->sw, &nan);
+        if (at) at[ow - ow0] = nan ? argmax(g, xp, oh, ow) : m.at;
+        if (val) val[ow - ow0] = nan ? NAN : m.v;
+    }
+    for (int64_t ow = ow0; ow < ow0 + n; ow++) {
+        if (ow >= lo && ow < hi) continue;
+        const int64_t i = argmax(g, xp, oh, ow);
+        if (at) at[ow - ow0] = i;
+        if (val) val[ow - ow0] = i >= 0 ? xp[i] : -INFINITY;
+    }
+}
+
 static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
@@ -236,25 +251,11 @@ static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.H * g.W;
         float *yp = y + pl * g.OH * g.OW;
-        for (int64_t oh = 0; oh < g.OH; oh++) {
-            int64_t lo = 0, hi = 0;
-            if (inner_3x3(&g, oh, &lo, &hi)) {
-                const int64_t top = (oh * g.sh - g.ph) * g.W - g.pw;
-                for (int64_t ow = lo; ow < hi; ow++) {
-                    int nan;
-                    pick m = max3x3(xp, g.W, top + ow * g.sw, &nan);
-                    yp[oh * g.OW + ow] = nan ? NAN : m.v;
-                }
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow0 = 0; ow0 < g.OW; ow0 += ROW_CHUNK) {
+                const int64_t n = g.OW - ow0 < ROW_CHUNK ? g.OW - ow0 : ROW_CHUNK;
+                pick_row(&g, xp, oh, ow0, n, NULL, yp + oh * g.OW + ow0);
             }
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                if (ow == lo && hi > lo) ow = hi;   /* done above */
-                if (ow >= g.OW) break;
-                int64_t h0, h1, w0, w1;
-                window(oh, g.sh, g.ph, g.kh, g.H, &h0, &h1);
-                window(ow, g.sw, g.pw, g.kw, g.W, &w0, &w1);
-                yp[oh * g.OW + ow] = window_max(&g, xp, h0, h1, w0, w1);
-            }
-        }
     }
     return NULL;
 }
@@ -276,23 +277,14 @@ static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *
         /* zeroed here, by its thread, while the plane is about to be in
            cache anyway: not a separate single-threaded pass over dx */
         memset(dp, 0, sizeof *dp * (size_t)(g.H * g.W));
-        for (int64_t oh = 0; oh < g.OH; oh++) {
-            int64_t lo = 0, hi = 0;
-            if (inner_3x3(&g, oh, &lo, &hi)) {
-                const int64_t top = (oh * g.sh - g.ph) * g.W - g.pw;
-                for (int64_t ow = lo; ow < hi; ow++) {
-                    int nan;
-                    pick m = max3x3(xp, g.W, top + ow * g.sw, &nan);
-                    dp[nan ? argmax(&g, xp, oh, ow) : m.at] += gp[oh * g.OW + ow];
-                }
+        int64_t at[ROW_CHUNK];
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow0 = 0; ow0 < g.OW; ow0 += ROW_CHUNK) {
+                const int64_t n = g.OW - ow0 < ROW_CHUNK ? g.OW - ow0 : ROW_CHUNK;
+                pick_row(&g, xp, oh, ow0, n, at, NULL);
+                for (int64_t k = 0; k < n; k++)
+                    if (at[k] >= 0) dp[at[k]] += gp[oh * g.OW + ow0 + k];
             }
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                if (ow == lo && hi > lo) ow = hi;   /* done above */
-                if (ow >= g.OW) break;
-                int64_t i = argmax(&g, xp, oh, ow);
-                if (i >= 0) dp[i] += gp[oh * g.OW + ow];
-            }
-        }
     }
     return NULL;
 }
