@@ -349,55 +349,37 @@ static void move_cat(const geom *g, int64_t gi, float *nop, float *cat, int to_c
         }
 }
 
-static int forward_gathered(const geom *g, const float *x, const float *w, float *y)
+/* One direction of the convolution with every image's columns side by side
+   ([K, N*P]) and the output or its gradient gathered into [Og, N*P] (cat):
+   conv2d (x, w) -> y, grad input (gy, w) -> dx, grad weight (x, gy) -> dw. */
+static int run_gathered(const geom *g, lz_op op, const float *a, const float *b, float *out)
 {
     const int64_t NP = g->N * g->P;
     float *col = lz_cpu_scratch(LZ_SCRATCH_COLUMNS, sizeof(float) * (size_t)(g->K * NP));
-    float *ycat = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(g->Og * NP));
-    if (!col || !ycat) return 1;
+    float *cat = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(g->Og * NP));
+    if (!col || !cat) return 1;
+    const float *w = op == LZ_OP_CONV2D_GRAD_WEIGHT ? NULL : b;
+    const float *gy = op == LZ_OP_CONV2D ? NULL : op == LZ_OP_CONV2D_GRAD_INPUT ? a : b;
     for (int64_t gi = 0; gi < g->G; gi++) {
-        gather_cols(g, x, gi, col);
-        if (dnnl_sgemm('N', 'N', g->Og, NP, g->K, 1.0f, w + gi * g->Og * g->K, g->K, col, NP,
-                       0.0f, ycat, NP) != dnnl_success)
-            return 1;
-        move_cat(g, gi, y, ycat, 0);
-    }
-    return 0;
-}
-
-static int grad_input_gathered(const geom *g, const float *gy, const float *w, float *dx)
-{
-    const int64_t NP = g->N * g->P;
-    float *col = lz_cpu_scratch(LZ_SCRATCH_COLUMNS, sizeof(float) * (size_t)(g->K * NP));
-    float *gcat = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(g->Og * NP));
-    if (!col || !gcat) return 1;
-    for (int64_t gi = 0; gi < g->G; gi++) {
-        move_cat(g, gi, (float *)gy, gcat, 1);
-        if (dnnl_sgemm('T', 'N', g->K, NP, g->Og, 1.0f, w + gi * g->Og * g->K, g->K, gcat, NP,
-                       0.0f, col, NP) != dnnl_success)
-            return 1;
+        const float *wg = w ? w + gi * g->Og * g->K : NULL;
+        if (op != LZ_OP_CONV2D_GRAD_INPUT) gather_cols(g, a, gi, col);
+        if (gy) move_cat(g, gi, (float *)gy, cat, 1);
+        dnnl_status_t st =
+            op == LZ_OP_CONV2D
+                ? dnnl_sgemm('N', 'N', g->Og, NP, g->K, 1.0f, wg, g->K, col, NP, 0.0f, cat, NP)
+            : op == LZ_OP_CONV2D_GRAD_INPUT
+                ? dnnl_sgemm('T', 'N', g->K, NP, g->Og, 1.0f, wg, g->K, cat, NP, 0.0f, col, NP)
+                : dnnl_sgemm('N', 'T', g->Og, g->K, NP, 1.0f, cat, NP, col, NP, 0.0f,
+                             out + gi * g->Og * g->K, g->K);
+        if (st != dnnl_success) return 1;
+        if (op == LZ_OP_CONV2D) move_cat(g, gi, out, cat, 0);
+        if (op != LZ_OP_CONV2D_GRAD_INPUT) continue;
         #pragma omp parallel for schedule(static) if ((double)g->K * NP > PAR_MIN)
         for (int64_t n = 0; n < g->N; n++) {
-            float *dxg = dx + (n * g->C + gi * g->Cg) * g->H * g->W;
+            float *dxg = out + (n * g->C + gi * g->Cg) * g->H * g->W;
             memset(dxg, 0, sizeof(float) * (size_t)(g->Cg * g->H * g->W));
             col2im(g, col + n * g->P, NP, dxg);
         }
-    }
-    return 0;
-}
-
-static int grad_weight_gathered(const geom *g, const float *x, const float *gy, float *dw)
-{
-    const int64_t NP = g->N * g->P;
-    float *col = lz_cpu_scratch(LZ_SCRATCH_COLUMNS, sizeof(float) * (size_t)(g->K * NP));
-    float *gcat = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(g->Og * NP));
-    if (!col || !gcat) return 1;
-    for (int64_t gi = 0; gi < g->G; gi++) {
-        gather_cols(g, x, gi, col);
-        move_cat(g, gi, (float *)gy, gcat, 1);
-        if (dnnl_sgemm('N', 'T', g->Og, g->K, NP, 1.0f, gcat, NP, col, NP, 0.0f,
-                       dw + gi * g->Og * g->K, g->K) != dnnl_success)
-            return 1;
     }
     return 0;
 }
@@ -414,7 +396,7 @@ static const char *k_conv2d(const lz_program *p, const lz_step *s, void *const *
         return NULL;
     }
     const char *err = "lz_conv2d: dnnl_sgemm failed";
-    if (use_gathered(&g)) return forward_gathered(&g, x, w, y) ? err : NULL;
+    if (use_gathered(&g)) return run_gathered(&g, LZ_OP_CONV2D, x, w, y) ? err : NULL;
     return run_items(&g, forward_item, x, w, y, err);
 }
 
@@ -434,7 +416,7 @@ static const char *k_conv2d_grad_input(const lz_program *p, const lz_step *s, vo
         return NULL;
     }
     const char *err = "lz_conv2d (grad input): dnnl_sgemm failed";
-    if (use_gathered(&g)) return grad_input_gathered(&g, gy, w, dx) ? err : NULL;
+    if (use_gathered(&g)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_INPUT, gy, w, dx) ? err : NULL;
     return run_items(&g, grad_input_item, gy, w, dx, err);
 }
 
@@ -456,7 +438,7 @@ static const char *k_conv2d_grad_weight(const lz_program *p, const lz_step *s, v
     const char *err = "lz_conv2d (grad weight): dnnl_sgemm failed";
     const char *oom = "lz_conv2d (grad weight): out of memory";
     const int64_t wn = vw->numel;
-    if (use_gathered(&g)) return grad_weight_gathered(&g, x, gy, dw) ? err : NULL;
+    if (use_gathered(&g)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_WEIGHT, x, gy, dw) ? err : NULL;
     if (!use_team(&g)) {
         float *col = col_bytes(&g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(&g)) : NULL;
         if (col_bytes(&g) && !col) return oom;
