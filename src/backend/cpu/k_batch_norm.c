@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/scratch.h"
 
 #define PAR_MIN 32768   /* below this many elements a parallel region costs more than it saves */
 #define SMALL_S 16      /* below this row length the sums go sample by sample */
@@ -65,6 +66,31 @@ static double row_gdev(const float *g, const float *x, int64_t n, float m)
     for (int k = 0; k < 8; k++) s += a[k];
     for (; i < n; i++) s += (double)g[i] * (x[i] - m);
     return s;
+}
+
+/* out = the activation's gradient of g through the mask values (a batch
+   norm gradient step with an activation folded in: compile/fuse_bn_act.c),
+   with relu_grad's and hardtanh_grad's formulas; out may be g's row. */
+static void act_grad_row(const lz_step *s, const float *mask, const float *g, int64_t n, float *out)
+{
+    const float lo = s->fattr[0], hi = s->fattr[1];
+    if (s->iattr[2] == LZ_BN_ACT_RELU)
+        for (int64_t i = 0; i < n; i++) {
+            const float gi = g[i];
+            out[i] = mask[i] > 0 ? gi : 0.0f;
+        }
+    else
+        for (int64_t i = 0; i < n; i++) {
+            const float gi = g[i];
+            const int inside = (mask[i] > lo) & (mask[i] < hi);
+            out[i] = inside ? gi : 0.0f;
+        }
+}
+
+/* The activation's mask values of a gradient step, or NULL without one. */
+static const float *act_mask(const lz_step *s, void *const *ptrs)
+{
+    return s->iattr[2] ? ptrs[s->in[s->n_in - 1]] : NULL;
 }
 
 static float inv_std(const float *stats, int64_t C, int64_t c, float eps)
@@ -154,6 +180,7 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
     const float eps = *(const float *)ptrs[s->in[2]];
     float *gs = ptrs[s->out];
+    const float *mask = act_mask(s, ptrs);
     const int64_t total = d.N * d.C * d.S;
     if (d.S < SMALL_S) {
         double *acc = calloc((size_t)(2 * d.C), sizeof *acc);
@@ -162,8 +189,10 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
             for (int64_t c = 0; c < d.C; c++)
                 for (int64_t i = 0; i < d.S; i++) {
                     int64_t k = (n * d.C + c) * d.S + i;
-                    acc[c] += g[k];
-                    acc[d.C + c] += (double)g[k] * (x[k] - st[c]);
+                    float gk = g[k];
+                    if (mask) act_grad_row(s, mask + k, g + k, 1, &gk);
+                    acc[c] += gk;
+                    acc[d.C + c] += (double)gk * (x[k] - st[c]);
                 }
         for (int64_t c = 0; c < d.C; c++) {
             gs[c] = (float)acc[c];
@@ -172,19 +201,31 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
         free(acc);
         return NULL;
     }
-    #pragma omp parallel for schedule(static) if (total > PAR_MIN && d.C > 1)
+    int oom = 0;
+    #pragma omp parallel for schedule(static) if (total > PAR_MIN && d.C > 1) reduction(|:oom)
     for (int64_t c = 0; c < d.C; c++) {
         double sg = 0, sgx = 0;
         const float m = st[c];
+        /* a masked row is made in the thread's scratch, in cache, then summed */
+        float *row = mask ? lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)d.S) : NULL;
+        if (mask && !row) {
+            oom = 1;
+            continue;
+        }
         for (int64_t n = 0; n < d.N; n++) {
             const int64_t off = (n * d.C + c) * d.S;
-            sg += row_sum(g + off, d.S);
-            sgx += row_gdev(g + off, x + off, d.S, m);
+            const float *gr = g + off;
+            if (mask) {
+                act_grad_row(s, mask + off, gr, d.S, row);
+                gr = row;
+            }
+            sg += row_sum(gr, d.S);
+            sgx += row_gdev(gr, x + off, d.S, m);
         }
         gs[c] = (float)sg;
         gs[d.C + c] = (float)(sgx * inv_std(st, d.C, c, eps));
     }
-    return NULL;
+    return oom ? "batch_norm_grad_stats: out of memory" : NULL;
 }
 
 /* dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)) */
@@ -196,6 +237,7 @@ static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const 
     const float eps = *(const float *)ptrs[s->in[2]];
     const float *w = s->iattr[0] ? ptrs[s->in[5]] : NULL;
     float *dx = ptrs[s->out];
+    const float *mask = act_mask(s, ptrs);
     const int64_t planes = d.N * d.C;
     const float inv_m = 1.0f / (float)(d.N * d.S);
     #pragma omp parallel for schedule(static) if (planes * d.S > PAR_MIN && planes > 1)
@@ -206,6 +248,10 @@ static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const 
         const float mg = gs[c] * inv_m, mgx = gs[d.C + c] * inv_m;
         const float *xr = x + pl * d.S, *gr = g + pl * d.S;
         float *o = dx + pl * d.S;
+        if (mask) {   /* the masked gradient goes through dx's row */
+            act_grad_row(s, mask + pl * d.S, gr, d.S, o);
+            gr = o;
+        }
         for (int64_t i = 0; i < d.S; i++) o[i] = a * (gr[i] - mg - (xr[i] - m) * is * mgx);
     }
     return NULL;
