@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vec_math.h"
 
 /* below this many elements OpenMP's fork costs more than it saves */
 #define PAR_MIN 32768
@@ -150,28 +151,8 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
    branch-free so that the loops vectorise. Phi is built from erfc beyond
    the small-argument range, so that its left tail keeps its relative
    accuracy instead of cancelling in 1 + erf. */
-static inline uint32_t f32_bits(float f)
-{
-    union { float f; uint32_t u; } v = {.f = f};
-    return v.u;
-}
 
-static inline float f32_from_bits(uint32_t u)
-{
-    union { uint32_t u; float f; } v = {.u = u};
-    return v.f;
-}
-
-/* c ? a : b as a mask blend: GCC turns a ?: on floats back into a branch
-   when it can fold one arm (a clamp) into the arithmetic after it, and
-   floating-point code under a branch does not vectorise */
-static inline float select_f32(int c, float a, float b)
-{
-    uint32_t m = 0u - (uint32_t)(c != 0);
-    return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
-}
-
-/* exp(-x*x/2), 0 below the normal range, NaN for NaN */
+/* exp(-x*x/2), NaN for NaN */
 static inline float gauss_f32(float x)
 {
     /* x*x rounded would cost up to x*x/2 * 2^-24 of absolute error in the
@@ -180,20 +161,7 @@ static inline float gauss_f32(float x)
     float xh = f32_from_bits(f32_bits(x) & 0xfffff000u);
     float xl = x - xh;
     float yh = -0.5f * xh * xh, yl = -0.5f * xl * (x + xh);
-    const float magic = 0x1.8p23f; /* adding it rounds to an integer */
-    float yc = select_f32(yh < -87.5f, -87.5f, yh);
-    float kf = yc * 1.44269504088896341f + magic;
-    uint32_t kb = f32_bits(kf) - f32_bits(magic); /* k, two's complement */
-    kf -= magic;
-    /* y = k ln2 + r; ln2's high part has spare low bits so k * LN2_HI is
-       exact */
-    float r = ((yc - kf * 0.693145751953125f) + yl) - kf * 1.42860682030941723212e-6f;
-    float q = 4.999999345e-01f +
-              r * (1.666652069e-01f +
-                   r * (4.166838737e-02f + r * (8.368709988e-03f + r * 1.381461330e-03f)));
-    float p = 1.0f + (r + r * r * q);
-    float scale = f32_from_bits((kb + 127u) << 23); /* 2^k, k in [-126, 0] */
-    return select_f32(yh < -87.5f, 0.0f, p * scale);
+    return vexp_f32_2(yh, yl);
 }
 
 /* Phi(x), the standard normal cdf, given e = exp(-x*x/2) */
@@ -243,12 +211,12 @@ ROW1(neg_f32, float, float, -x)
    undefined, so it is done on unsigned words. */
 ROW1(neg_i64, int64_t, int64_t, 0 - (uint64_t)x)
 ROW1(neg_i32, int32_t, int32_t, 0 - (uint32_t)x)
-ROW1(exp_f32, float, float, expf(x))
+ROW1(exp_f32, float, float, vexp_f32(x))
 ROW1(log_f32, float, float, logf(x))
 ROW1(sqrt_f32, float, float, sqrtf(x))
 ROW1(rsqrt_f32, float, float, 1.0f / sqrtf(x))
 ROW1(tanh_f32, float, float, tanhf(x))
-ROW1(sigmoid_f32, float, float, 1.0f / (1.0f + expf(-x)))
+ROW1(sigmoid_f32, float, float, 1.0f / (1.0f + vexp_f32(-x)))
 /* x < 0 ? 0 : x keeps NaN, as torch.relu does */
 ROW1(relu_f32, float, float, x < 0 ? 0.0f : x)
 ROW1(gelu_f32, float, float, gelu_f32_1(x))

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vec_math.h"
 
 #define PAR_MIN 32768   /* below this many elements OpenMP costs more than it saves */
 /* Products this small (M*N*K), or batches this many, run one per thread:
@@ -104,7 +105,7 @@ static void softmax_cols(const float *x, const float *g, float *y, int64_t n, in
         for (int c = 0; c < w; c++) mx[c] = fmaxf(mx[c], x[i * inner + c]);
     for (int64_t i = 0; i < n; i++)
         for (int c = 0; c < w; c++) {
-            float e = expf(x[i * inner + c] - mx[c]);
+            float e = vexp_f32(x[i * inner + c] - mx[c]);
             y[i * inner + c] = e;
             sm[c] += e;
         }
@@ -121,7 +122,7 @@ static void log_softmax_cols(const float *x, const float *g, float *y, int64_t n
     for (int64_t i = 0; i < n; i++)
         for (int c = 0; c < w; c++) mx[c] = fmaxf(mx[c], x[i * inner + c]);
     for (int64_t i = 0; i < n; i++)
-        for (int c = 0; c < w; c++) sm[c] += expf(x[i * inner + c] - mx[c]);
+        for (int c = 0; c < w; c++) sm[c] += vexp_f32(x[i * inner + c] - mx[c]);
     /* (x - max) - log(sum) keeps the precision that x - (max + log(sum))
        loses when max is large */
     for (int c = 0; c < w; c++) sm[c] = logf(sm[c]);
@@ -150,27 +151,72 @@ static void log_softmax_grad_cols(const float *yv, const float *g, float *dx, in
         for (int c = 0; c < w; c++) sm[c] += g[i * inner + c];
     for (int64_t i = 0; i < n; i++)
         for (int c = 0; c < w; c++)
-            dx[i * inner + c] = g[i * inner + c] - expf(yv[i * inner + c]) * sm[c];
+            dx[i * inner + c] = g[i * inner + c] - vexp_f32(yv[i * inner + c]) * sm[c];
 }
 
-/* Contiguous rows (the last axis): the same maths, vectorisable over i. */
+/* Contiguous rows (the last axis). A float sum in order cannot vectorise
+   (that would reassociate it), so row reductions keep LANES partial results
+   side by side: vectorisable, and no less accurate than one running sum. */
+#define LANES 8
+/* exp values are staged in blocks this size when there is no output row to
+   hold them, so the exp loop and the sum stay separate vector loops */
+#define EXP_BLK 512
+
+/* floats ordered as int32 words: negatives get their magnitude bits
+   flipped. Its own inverse. */
+static inline int32_t order_key(int32_t b)
+{
+    return b ^ ((b >> 31) & 0x7fffffff);
+}
+
+/* max of a row, NaN ignored as fmaxf does. A float max reduction stays
+   scalar (fmaxf is a call, a ?: has NaN rules); an int max vectorises. */
+static float row_max(const float *x, int64_t n)
+{
+    const int32_t kmin = order_key((int32_t)f32_bits(-INFINITY));
+    int32_t k = kmin;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t kx = x[i] == x[i] ? order_key((int32_t)f32_bits(x[i])) : kmin;
+        k = kx > k ? kx : k;
+    }
+    return f32_from_bits((uint32_t)order_key(k));
+}
+
+static void sum_lanes(float *acc, const float *e, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += e[i + l];
+    for (int l = 0; i + l < n; l++) acc[l] += e[i + l];
+}
+
+/* sum of exp(x - mx) over a row; the exp values go to y when y is given */
+static float row_sum_exp(const float *x, float mx, float *y, int64_t n)
+{
+    float buf[EXP_BLK], acc[LANES] = {0};
+    for (int64_t j0 = 0; j0 < n; j0 += EXP_BLK) {
+        int64_t m = n - j0 < EXP_BLK ? n - j0 : EXP_BLK;
+        float *e = y ? y + j0 : buf;
+        const float *xb = x + j0;
+        for (int64_t i = 0; i < m; i++) e[i] = vexp_f32(xb[i] - mx);
+        sum_lanes(acc, e, m);
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 static void softmax_row(const float *x, const float *g, float *y, int64_t n)
 {
     (void)g;
-    float mx = -INFINITY, sm = 0;
-    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
-    for (int64_t i = 0; i < n; i++) { y[i] = expf(x[i] - mx); sm += y[i]; }
-    float inv = 1.0f / sm;
+    float mx = row_max(x, n);
+    float inv = 1.0f / row_sum_exp(x, mx, y, n);
     for (int64_t i = 0; i < n; i++) y[i] *= inv;
 }
 
 static void log_softmax_row(const float *x, const float *g, float *y, int64_t n)
 {
     (void)g;
-    float mx = -INFINITY, sm = 0;
-    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
-    for (int64_t i = 0; i < n; i++) sm += expf(x[i] - mx);
-    float ls = logf(sm);
+    float mx = row_max(x, n);
+    float ls = logf(row_sum_exp(x, mx, NULL, n));
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mx) - ls;
 }
 
@@ -185,7 +231,7 @@ static void log_softmax_grad_row(const float *yv, const float *g, float *dx, int
 {
     float sm = 0;
     for (int64_t i = 0; i < n; i++) sm += g[i];
-    for (int64_t i = 0; i < n; i++) dx[i] = g[i] - expf(yv[i]) * sm;
+    for (int64_t i = 0; i < n; i++) dx[i] = g[i] - vexp_f32(yv[i]) * sm;
 }
 
 typedef void (*row_fn)(const float *x, const float *g, float *y, int64_t n);
@@ -265,16 +311,6 @@ static const char *check_targets(const void *t, int is64, int64_t n, int64_t c)
     return NULL;
 }
 
-/* log-sum-exp of a row as max + log(sum): callers subtract max first, so
-   large logits keep their precision. */
-static float row_max_logsum(const float *x, int64_t c, float *mx_out)
-{
-    float mx = -INFINITY, sm = 0;
-    for (int64_t j = 0; j < c; j++) mx = fmaxf(mx, x[j]);
-    for (int64_t j = 0; j < c; j++) sm += expf(x[j] - mx);
-    *mx_out = mx;
-    return logf(sm);
-}
 
 static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
@@ -288,7 +324,10 @@ static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *
     double acc = 0;
     #pragma omp parallel for schedule(static) reduction(+:acc) if (vl->numel > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        float mx, ls = row_max_logsum(x + i * c, c, &mx);
+        /* max + log(sum): mx - x[target] first, so large logits keep their
+           precision */
+        float mx = row_max(x + i * c, c);
+        float ls = logf(row_sum_exp(x + i * c, mx, NULL, c));
         acc += (double)(mx - x[i * c + target_at(t, is64, i)]) + ls;
     }
     *(float *)ptrs[s->out] = (float)(acc / (double)n);
@@ -312,8 +351,10 @@ static const char *k_cross_entropy_grad(const lz_program *p, const lz_step *s, v
     for (int64_t i = 0; i < n; i++) {
         const float *xr = x + i * c;
         float *dr = dx + i * c;
-        float mx, ls = row_max_logsum(xr, c, &mx);
-        for (int64_t j = 0; j < c; j++) dr[j] = expf((xr[j] - mx) - ls) * scale;
+        /* exp(x - mx) / sum: one exp per element, and no rounding of
+           (x - mx) - log(sum), which exp would magnify */
+        float inv = scale / row_sum_exp(xr, row_max(xr, c), dr, c);
+        for (int64_t j = 0; j < c; j++) dr[j] *= inv;
         dr[target_at(t, is64, i)] -= scale;
     }
     return NULL;
