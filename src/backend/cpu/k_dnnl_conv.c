@@ -27,7 +27,7 @@
  *     N2 C256 16x16 3x3      fwd 4.2/3.9    data 5.0/4.0    weight 5.8/4.2
  *     N2 C64  64x64 3x3      fwd 7.9/4.0    data 9.8/4.8    weight 8.8/7.1
  * so: never 1x1 (the reorders cost more than the product); only from 32
- * MFLOP a step (4 MFLOP depthwise); forward and grad weight only while the
+ * MFLOP a step; forward and grad weight only while the
  * weight has at most 8x the elements of input and output together; grad
  * input only with 16+ input channels a group (oneDNN's kernel for 3
  * channels is slow); grad weight only with 128+ output pixels over the
@@ -35,6 +35,15 @@
  * fallbacks). The primitive alone, without the reorders, took 0.6-0.8x
  * of these times: what keeping blocked layouts between steps would save,
  * once batch norm, ReLU, add and pooling read them.
+ *
+ * Depthwise steps always, whatever their size (they once needed 4 MFLOP):
+ * k_conv.c's direct loops pay per row and tap, so on the small planes of
+ * deep layers they ran 10-50x slower (N8, AMD EPYC, ms, lazyc/oneDNN):
+ *     C1152 4x4 5x5          fwd 2.59/0.05  data 2.41/0.10
+ *     C576 8x8 5x5 s2        fwd 1.50/0.04  data 1.26/0.11
+ *     C480 8x8 3x3           fwd 0.85/0.06  data 0.79/0.08  weight 0.49/0.05
+ *     C32 64x64 3x3          fwd 1.17/0.40  data 1.11/0.43  weight 1.81/0.43
+ * (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay here).
  *
  * On by default (LZ_DNNL_CONV=0 turns it off). It was off for a while:
  * test_model_parity's vgg16 and resnext50_32x4d failed with this mix and
@@ -141,7 +150,7 @@ static int worth_it(lz_op op, const int64_t *x, const int64_t *w, const int64_t 
     if (lz_dnnl_conv_enabled() == 2) return 1;
     int64_t Cg = x[1] / G, taps = w[2] * w[3];
     double flops = 2.0 * (double)(y[0] * y[1] * y[2] * y[3]) * (double)(Cg * taps);
-    if (Cg == 1 && G > 1) return flops >= 4e6;
+    if (Cg == 1 && G > 1) return 1;   /* depthwise: see the top comment */
     if (taps == 1 || flops < 3.2e7) return 0;
     if (op == LZ_OP_CONV2D_GRAD_INPUT) return Cg >= 16;
     int64_t wn = w[0] * w[1] * taps, act = x[0] * x[1] * x[2] * x[3] + y[0] * y[1] * y[2] * y[3];
