@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `lazyc bench`: one small run with --json must print one JSON object on
 # stdout with issue 5's keys, captured mode must run one execution per step
-# with no compile after warm-up, the output folder must get its four files,
+# with no compile after warm-up, --profile must print the kernel time by op,
+# the output folder must get its four files,
 # and bad options must exit 2. With CI=true the PyTorch column must be
 # filled (the reference is installed there).
 # usage: test_bench_cli.sh LAZYC
@@ -14,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$lazyc" bench --size smoke --models resnet18 --steps 2 --json --out "$tmp/out" \
+"$lazyc" bench --size smoke --models resnet18 --steps 2 --json --profile --out "$tmp/out" \
   > "$tmp/stdout" 2> "$tmp/stderr"
 rc=$?
 if [ $rc -ne 0 ]; then
@@ -70,6 +71,10 @@ if problems:
     sys.exit(1)
 print("json ok:", json.dumps(rows[0]))
 EOF
+
+# --profile: the captured steps' kernel time by op on stderr, convolutions included
+grep -q '^  resnet18 captured: kernel time by op' "$tmp/stderr" || fail "--profile printed no profile"
+grep -Eq '^    conv2d +(lazyc|oneDNN) +[0-9.]+ calls/step' "$tmp/stderr" || fail "--profile lists no conv2d kernels"
 
 for f in bench.csv bench.md bench.json bench.svg; do
   [ -s "$tmp/out/$f" ] || fail "--out folder lacks $f"

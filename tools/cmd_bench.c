@@ -155,6 +155,7 @@ int lz_cmd_bench(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             o.json = 1;
+            continue;
         } else if (strcmp(a, "--profile") == 0) {
             o.profile = 1;
             continue;
