@@ -311,7 +311,6 @@ static const char *check_targets(const void *t, int is64, int64_t n, int64_t c)
     return NULL;
 }
 
-
 static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
     const lz_value *vl = &p->values[s->in[0]], *vt = &p->values[s->in[1]];
