@@ -377,7 +377,8 @@ void        lz_clear_error(void);
    a live lz_fn keeps its own), the device memory cached for reuse, the
    shared scalars and the random generator's state (the default seed
    again), ends open scopes (as lz_scope_end) and no-grad sections, and
-   resets the metrics, lz_set_eager and the calling thread's error.
+   resets the metrics (and turns the profile off and empties it),
+   lz_set_eager and the calling thread's error.
    Handles the caller holds (tensors, lz_fn, optimizers, parameter sets,
    data sets, loaders) are not freed: they stay valid and stay the
    caller's to free; a program that frees them all first and then calls

@@ -11,6 +11,7 @@
 #include "backend/cpu/pool.h"
 #include "backend/memory.h"
 #include "core/cache.h"
+#include "core/profile.h"
 #include "core/tensor.h"
 #include "runtime/executor.h"
 
@@ -106,6 +107,8 @@ static void check_released_at(int line)
     CHECK_EQ_I(mt.executions, 0);
     CHECK_EQ_I(mt.compiles, 0);
     CHECK_EQ_I(mt.peak_bytes, 0);
+    CHECK_EQ_I(lz_profile_read(NULL, 0), 0);   /* the profile is empty, and off: */
+    CHECK_EQ_I(lz_profile_on(), 0);
     CHECK(lz_last_error() == NULL);
     if (lz_test_failed != failed) fprintf(stderr, "  (released check at line %d)\n", line);
 }
@@ -116,7 +119,9 @@ static void check_released_at(int line)
 static void test_loops_release_everything(void)
 {
     float first[2 * STEPS], again[2 * STEPS];
+    lz_profile_enable(1);
     train(first);
+    CHECK(lz_profile_read(NULL, 0) > 0);
     /* the library's own holdings before shutdown: generator state and the
        eps scalar, cached executables, cached free blocks */
     CHECK_EQ_I(tensors_alive(), 3);

@@ -34,6 +34,8 @@ void lz_shutdown(void)
     lz_step_shutdown();
     lz_device_trim();
     lz_metrics_reset();
+    lz_profile_enable(0);
+    lz_profile_reset();
     lz_clear_error();
     lz_owner_release();   /* any thread may record next */
 }

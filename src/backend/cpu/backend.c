@@ -2,7 +2,6 @@
  * executable at compile time. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
@@ -10,6 +9,7 @@
 #include "backend/cpu/scratch.h"
 #include "backend/fault.h"
 #include "core/error.h"
+#include "core/metrics.h"
 #include "core/profile.h"
 
 typedef struct cpu_step {
@@ -50,13 +50,6 @@ static lz_backend_exec *cpu_prepare(const lz_program *p)
     return e;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
 {
     const lz_program *p = e->prog;
@@ -64,11 +57,11 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
         if (lz_fault_hit(LZ_FAULT_KERNEL)) return lz_fault_kernel_message(lz_op_name((lz_op)p->steps[i].op));
         const cpu_step *cs = &e->steps[i];
         const int timed = lz_profile_on();
-        const double t0 = timed ? now_ms() : 0;
+        const double t0 = timed ? lz_now_ms() : 0;
         const char *err = cs->state ? cs->stateful->run(cs->state, p, &p->steps[i], ptrs)
                                     : cs->kernel(p, &p->steps[i], ptrs);
         if (err) return err;
-        if (timed) lz_profile_add(p->steps[i].op, cs->state != NULL, now_ms() - t0);
+        if (timed) lz_profile_add(p->steps[i].op, cs->state != NULL, lz_now_ms() - t0);
     }
     return NULL;
 }
