@@ -41,30 +41,15 @@ static void mlp_free(mlp *m)
     lz_free(m->w1); lz_free(m->b1); lz_free(m->w2); lz_free(m->b2);
 }
 
-static lz_tensor *linear(lz_tensor *x, lz_tensor *w, lz_tensor *b)
-{
-    return lz_add(lz_matmul(x, lz_transpose(w, 0, 1)), b);
-}
-
 /* in: x [B, IN] f32, y [B] i64; out: loss */
 static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     mlp *m = ctx;
     if (m->zero_grads) lz_sgd_zero_grad(m->opt);
-    lz_tensor *loss = lz_cross_entropy(linear(lz_relu(linear(in[0], m->w1, m->b1)), m->w2, m->b2), in[1]);
+    lz_tensor *loss = lz_cross_entropy(lz_linear(lz_relu(lz_linear(in[0], m->w1, m->b1)), m->w2, m->b2), in[1]);
     if (!loss || lz_backward(loss) || lz_sgd_step(m->opt)) return -1;
     out[0] = loss;
     return 0;
-}
-
-static void batch(int step, int b, lz_tensor **x, lz_tensor **y)
-{
-    const int64_t sx[2] = {b, IN}, sy[1] = {b};
-    *x = lz_test_rand(100 + (unsigned)step, -1, 1, 2, sx);
-    int64_t *lab = malloc(sizeof *lab * (size_t)b);
-    for (int i = 0; i < b; i++) lab[i] = (step * 7 + i * 3) % OUT;
-    *y = lz_from_host(lab, LZ_I64, 1, sy);
-    free(lab);
 }
 
 /* The lazy reference: the same step called directly, then a barrier. */
@@ -72,7 +57,7 @@ static void run_lazy(mlp *m, int first, int steps, int b, float *losses)
 {
     for (int s = first; s < first + steps; s++) {
         lz_tensor *x, *y, *out[1];
-        batch(s, b, &x, &y);
+        lz_test_mlp_batch(s, b, IN, OUT, &x, &y);
         lz_tensor *in[2] = {x, y};
         lz_scope_begin();
         CHECK_EQ_I(train_step(m, in, out), 0);
@@ -88,7 +73,7 @@ static void run_captured(lz_fn *f, int first, int steps, int b, float *losses)
 {
     for (int s = first; s < first + steps; s++) {
         lz_tensor *x, *y, *out[1] = {NULL};
-        batch(s, b, &x, &y);
+        lz_test_mlp_batch(s, b, IN, OUT, &x, &y);
         lz_tensor *in[2] = {x, y};
         CHECK_EQ_I(lz_call(f, in, out), 0);
         losses[s] = lz_item(out[0]);

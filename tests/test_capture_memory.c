@@ -47,34 +47,20 @@ static int64_t param_bytes(void)
     return (int64_t)sizeof(float) * (HID * IN + HID + OUT * HID + OUT);
 }
 
-static lz_tensor *linear(lz_tensor *x, lz_tensor *w, lz_tensor *b)
-{
-    return lz_add(lz_matmul(x, lz_transpose(w, 0, 1)), b);
-}
-
 static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     mlp *m = ctx;
     lz_sgd_zero_grad(m->opt);
-    lz_tensor *loss = lz_cross_entropy(linear(lz_relu(linear(in[0], m->w1, m->b1)), m->w2, m->b2), in[1]);
+    lz_tensor *loss = lz_cross_entropy(lz_linear(lz_relu(lz_linear(in[0], m->w1, m->b1)), m->w2, m->b2), in[1]);
     if (!loss || lz_backward(loss) || lz_sgd_step(m->opt)) return -1;
     out[0] = loss;
     return 0;
 }
 
-static void batch(int step, lz_tensor **x, lz_tensor **y)
-{
-    const int64_t sx[2] = {B, IN}, sy[1] = {B};
-    *x = lz_test_rand(100 + (unsigned)step, -1, 1, 2, sx);
-    int64_t lab[B];
-    for (int i = 0; i < B; i++) lab[i] = (step * 7 + i * 3) % OUT;
-    *y = lz_from_host(lab, LZ_I64, 1, sy);
-}
-
 static void lazy_step(mlp *m, int s)
 {
     lz_tensor *x, *y, *out[1] = {NULL};
-    batch(s, &x, &y);
+    lz_test_mlp_batch(s, B, IN, OUT, &x, &y);
     lz_tensor *in[2] = {x, y};
     lz_scope_begin();
     CHECK_EQ_I(train_step(m, in, out), 0);
@@ -89,7 +75,7 @@ static void lazy_step(mlp *m, int s)
 static void call(lz_fn *f, int s, int wait)
 {
     lz_tensor *x, *y, *out[1] = {NULL};
-    batch(s, &x, &y);
+    lz_test_mlp_batch(s, B, IN, OUT, &x, &y);
     lz_tensor *in[2] = {x, y};
     CHECK_EQ_I(lz_call(f, in, out), 0);
     if (wait) CHECK_EQ_I(lz_wait(), 0);

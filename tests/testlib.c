@@ -43,6 +43,17 @@ lz_tensor *lz_test_rand(unsigned seed, float lo, float hi, int ndim, const int64
     return t;
 }
 
+void lz_test_mlp_batch(int step, int64_t b, int64_t in, int64_t classes, lz_tensor **x,
+                       lz_tensor **y)
+{
+    const int64_t sx[2] = {b, in}, sy[1] = {b};
+    *x = lz_test_rand(100 + (unsigned)step, -1, 1, 2, sx);
+    int64_t *lab = malloc(sizeof *lab * (size_t)(b ? b : 1));
+    for (int64_t i = 0; lab && i < b; i++) lab[i] = (step * 7 + i * 3) % classes;
+    *y = lab ? lz_from_host(lab, LZ_I64, 1, sy) : NULL;
+    free(lab);
+}
+
 float *lz_test_read(lz_tensor *t)
 {
     int64_t n = lz_numel(t);

@@ -28,6 +28,10 @@ double lz_test_rel_err(const float *a, const float *b, int64_t n);
 lz_tensor *lz_test_rand(unsigned seed, float lo, float hi, int ndim, const int64_t *shape);
 /* Copies a tensor to a malloc'ed float array (caller frees); NULL on error. */
 float *lz_test_read(lz_tensor *t);
+/* Step `step`'s batch of the capture tests' MLP: *x [b, in] uniform in
+   [-1, 1) from seed 100 + step, *y [b] i64 labels (step*7 + i*3) % classes. */
+void lz_test_mlp_batch(int step, int64_t b, int64_t in, int64_t classes, lz_tensor **x,
+                       lz_tensor **y);
 
 #endif
 
