@@ -55,18 +55,8 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 /* The lazy reference: the same step called directly, then a barrier. */
 static void run_lazy(mlp *m, int first, int steps, int b, float *losses)
 {
-    for (int s = first; s < first + steps; s++) {
-        lz_tensor *x, *y, *out[1];
-        lz_test_mlp_batch(s, b, IN, OUT, &x, &y);
-        lz_tensor *in[2] = {x, y};
-        lz_scope_begin();
-        CHECK_EQ_I(train_step(m, in, out), 0);
-        lz_keep(out[0]);
-        lz_scope_end();
-        lz_mark_step();
-        losses[s] = lz_item(out[0]);
-        lz_free(out[0]); lz_free(x); lz_free(y);
-    }
+    for (int s = first; s < first + steps; s++)
+        losses[s] = lz_test_lazy_step(train_step, m, s, b, IN, OUT);
 }
 
 static void run_captured(lz_fn *f, int first, int steps, int b, float *losses)

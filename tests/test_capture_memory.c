@@ -57,20 +57,6 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
     return 0;
 }
 
-static void lazy_step(mlp *m, int s)
-{
-    lz_tensor *x, *y, *out[1] = {NULL};
-    lz_test_mlp_batch(s, B, IN, OUT, &x, &y);
-    lz_tensor *in[2] = {x, y};
-    lz_scope_begin();
-    CHECK_EQ_I(train_step(m, in, out), 0);
-    lz_keep(out[0]);
-    lz_scope_end();
-    lz_mark_step();
-    CHECK_EQ_I(lz_wait(), 0);
-    lz_free(out[0]); lz_free(x); lz_free(y);
-}
-
 /* wait: lz_wait after the call (else the calls queue up) */
 static void call(lz_fn *f, int s, int wait)
 {
@@ -119,13 +105,13 @@ static void test_replay_peak_le_lazy(void)
     mlp a, b;
     mlp_init(&a);
     mlp_init(&b);
-    for (int s = 0; s < 2; s++) lazy_step(&a, s);
+    for (int s = 0; s < 2; s++) lz_test_lazy_step(train_step, &a, s, B, IN, OUT);
     lz_fn *f = lz_capture(train_step, &b, 2, 1);
     for (int s = 0; s < 3; s++) call(f, s, 1);
 
     lz_metrics_reset();
     int64_t before = lz_metrics_get().peak_bytes;
-    lazy_step(&a, 3);
+    lz_test_lazy_step(train_step, &a, 3, B, IN, OUT);
     int64_t lazy_growth = lz_metrics_get().peak_bytes - before;
 
     lz_metrics_reset();

@@ -80,17 +80,8 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 static void run_lazy(mlp *m, int first, int steps, float *losses)
 {
     for (int s = first; s < first + steps; s++) {
-        lz_tensor *x, *y, *out[1] = {NULL};
         set_rate(m, s);
-        lz_test_mlp_batch(s, B, IN, OUT, &x, &y);
-        lz_tensor *in[2] = {x, y};
-        lz_scope_begin();
-        CHECK_EQ_I(train_step(m, in, out), 0);
-        lz_keep(out[0]);
-        lz_scope_end();
-        lz_mark_step();
-        losses[s] = lz_item(out[0]);
-        lz_free(out[0]); lz_free(x); lz_free(y);
+        losses[s] = lz_test_lazy_step(train_step, m, s, B, IN, OUT);
     }
 }
 

@@ -54,6 +54,24 @@ void lz_test_mlp_batch(int step, int64_t b, int64_t in, int64_t classes, lz_tens
     free(lab);
 }
 
+float lz_test_lazy_step(lz_step_fn fn, void *ctx, int step, int64_t b, int64_t in,
+                        int64_t classes)
+{
+    lz_tensor *x, *y, *out[1] = {NULL};
+    lz_test_mlp_batch(step, b, in, classes, &x, &y);
+    lz_tensor *args[2] = {x, y};
+    lz_scope_begin();
+    CHECK_EQ_I(fn(ctx, args, out), 0);
+    lz_keep(out[0]);
+    lz_scope_end();
+    lz_mark_step();
+    float loss = out[0] ? lz_item(out[0]) : NAN;
+    lz_free(out[0]);
+    lz_free(x);
+    lz_free(y);
+    return loss;
+}
+
 float *lz_test_read(lz_tensor *t)
 {
     int64_t n = lz_numel(t);

@@ -32,6 +32,11 @@ float *lz_test_read(lz_tensor *t);
    [-1, 1) from seed 100 + step, *y [b] i64 labels (step*7 + i*3) % classes. */
 void lz_test_mlp_batch(int step, int64_t b, int64_t in, int64_t classes, lz_tensor **x,
                        lz_tensor **y);
+/* The lazy reference of the capture tests: fn (x, y) -> loss called on that
+   batch inside a scope, then a barrier; returns the loss (NAN on failure,
+   also counted as a failed check). */
+float lz_test_lazy_step(lz_step_fn fn, void *ctx, int step, int64_t b, int64_t in,
+                        int64_t classes);
 
 #endif
 
