@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend/cpu/activation.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
 
@@ -69,22 +70,15 @@ static double row_gdev(const float *g, const float *x, int64_t n, float m)
 }
 
 /* out = the activation's gradient of g through the mask values (a batch
-   norm gradient step with an activation folded in: compile/fuse_bn_act.c),
-   with relu_grad's and hardtanh_grad's formulas; out may be g's row. */
+   norm gradient step with an activation folded in: compile/fuse_bn_act.c);
+   out may be g's row. */
 static void act_grad_row(const lz_step *s, const float *mask, const float *g, int64_t n, float *out)
 {
     const float lo = s->fattr[0], hi = s->fattr[1];
     if (s->iattr[2] == LZ_BN_ACT_RELU)
-        for (int64_t i = 0; i < n; i++) {
-            const float gi = g[i];
-            out[i] = mask[i] > 0 ? gi : 0.0f;
-        }
+        for (int64_t i = 0; i < n; i++) out[i] = relu_grad_1(mask[i], g[i]);
     else
-        for (int64_t i = 0; i < n; i++) {
-            const float gi = g[i];
-            const int inside = (mask[i] > lo) & (mask[i] < hi);
-            out[i] = inside ? gi : 0.0f;
-        }
+        for (int64_t i = 0; i < n; i++) out[i] = hardtanh_grad_1(mask[i], g[i], lo, hi);
 }
 
 /* The activation's mask values of a gradient step, or NULL without one. */
@@ -160,13 +154,11 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
         const float *xr = x + pl * d.S;
         float *yr = y + pl * d.S;
         for (int64_t i = 0; i < d.S; i++) yr[i] = (xr[i] - m) * is * wc + bc;
-        /* the activation folded in by the compiler, with relu_f32's and
-           k_hardtanh's formulas (NaN passes through) */
+        /* the activation folded in by the compiler */
         if (act == LZ_BN_ACT_RELU)
-            for (int64_t i = 0; i < d.S; i++) yr[i] = yr[i] < 0 ? 0.0f : yr[i];
+            for (int64_t i = 0; i < d.S; i++) yr[i] = relu_1(yr[i]);
         else if (act == LZ_BN_ACT_HARDTANH)
-            for (int64_t i = 0; i < d.S; i++)
-                yr[i] = yr[i] < lo ? lo : yr[i] > hi ? hi : yr[i];
+            for (int64_t i = 0; i < d.S; i++) yr[i] = hardtanh_1(yr[i], lo, hi);
     }
     return NULL;
 }

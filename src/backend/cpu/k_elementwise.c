@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/cpu/activation.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vec_math.h"
 
@@ -217,8 +218,7 @@ ROW1(sqrt_f32, float, float, sqrtf(x))
 ROW1(rsqrt_f32, float, float, 1.0f / sqrtf(x))
 ROW1(tanh_f32, float, float, tanhf(x))
 ROW1(sigmoid_f32, float, float, 1.0f / (1.0f + vexp_f32(-x)))
-/* x < 0 ? 0 : x keeps NaN, as torch.relu does */
-ROW1(relu_f32, float, float, x < 0 ? 0.0f : x)
+ROW1(relu_f32, float, float, relu_1(x))
 ROW1(gelu_f32, float, float, gelu_f32_1(x))
 ROW1(scale_f32, float, float, x * fa[0])
 ROW1(pow_f32, float, float, powf(x, fa[0]))
@@ -266,7 +266,7 @@ CMP_ALL(ge, a >= b)
 CMP_ALL(le, a <= b)
 CMP_ALL(eq, a == b)
 ROW2(div_f32, float, float, a / b)
-ROW2(relu_grad_f32, float, float, a > 0 ? b : 0.0f)
+ROW2(relu_grad_f32, float, float, relu_grad_1(a, b))
 ROW2(gelu_grad_f32, float, float, b * gelu_grad_f32_1(a))
 
 ROW_WHERE(where_f32_w4, float, uint32_t)
