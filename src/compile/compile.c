@@ -93,6 +93,7 @@ lz_executable *lz_compile(const lz_graph *g)
     lower(g, &e->prog);
     lz_fuse_bn_activation(&e->prog);
     lz_fuse(&e->prog);
+    lz_plan_views(&e->prog);
     lz_plan_memory(&e->prog);
     e->backend = lz_backend_current();
     e->bexec = e->backend->prepare(&e->prog);

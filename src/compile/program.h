@@ -8,7 +8,9 @@
 #include "lazyc.h"
 #include "core/ir.h"
 
-enum { LZ_VALUE_INPUT, LZ_VALUE_OUTPUT, LZ_VALUE_TEMP, LZ_VALUE_CONST };
+/* VIEW: a temporary that is another value's memory read with its own
+   shape (a reshape's result; views.c). */
+enum { LZ_VALUE_INPUT, LZ_VALUE_OUTPUT, LZ_VALUE_TEMP, LZ_VALUE_CONST, LZ_VALUE_VIEW };
 
 typedef struct lz_value {
     uint8_t dtype, ndim, kind;
@@ -17,6 +19,7 @@ typedef struct lz_value {
     size_t  nbytes;
     int     slot;            /* input or output slot, for those kinds */
     size_t  offset;          /* arena offset, for temps */
+    int     view_of;         /* for views: the value whose memory it is (never a view) */
 } lz_value;
 
 struct lz_fused;
@@ -77,6 +80,10 @@ void lz_fuse_bn_activation(lz_program *p);
 /* Replaces runs of element-wise steps with fused steps, unless fusion is
    off (fuse.c). Runs before the memory plan. */
 void lz_fuse(lz_program *p);
+/* Turns reshapes whose result is a temporary into views of their input
+   and takes their copies out of the schedule (views.c). Runs after lz_fuse,
+   before the memory plan. */
+void lz_plan_views(lz_program *p);
 /* Whether lz_fuse fuses: LZ_FUSION=0 in the environment (read once) turns
    it off; lz_fusion_set overrides that (1 on, 0 off, -1 back to the
    environment) for tests. Executables already compiled keep their steps. */

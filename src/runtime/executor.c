@@ -56,9 +56,12 @@ static void run_job(job *j)
             case LZ_VALUE_OUTPUT: ptrs[v] = j->out[val->slot]->data; break;
             /* a graph whose intermediates are all empty has no arena; they
                still get a valid address, as empty buffers do */
+            case LZ_VALUE_VIEW: break;   /* below, once every other value has its memory */
             default: ptrs[v] = j->exe->arena ? (char *)j->exe->arena + val->offset : (void *)&no_arena; break;
             }
         }
+        for (int v = 0; v < p->n_values; v++)
+            if (p->values[v].kind == LZ_VALUE_VIEW) ptrs[v] = ptrs[p->values[v].view_of];
         double t0 = lz_now_ms();
         const char *msg = j->exe->backend->run(j->exe->bexec, ptrs);
         lz_metrics_add_execute_ms(lz_now_ms() - t0);
