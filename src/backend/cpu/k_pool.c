@@ -208,6 +208,33 @@ static int inner_3x3(const pgeom *g, int64_t oh, int64_t *lo, int64_t *hi)
 
 #define ROW_CHUNK 256   /* outputs of a row picked at a time */
 
+/* The gradient's picks for n outputs of a row whose 3x3 windows, stride S,
+   lie inside the input, the first at top: torch's rule as its own loop
+   writes it, one chain of nine selects taking v when v > max or v is NaN
+   (the first maximum, the last NaN). The value is not needed, NaN windows
+   need no second pass, and over int32 indices the loop vectorises (four
+   outputs a vector even with SSE2), which the tree of max3x3 does not. */
+static inline __attribute__((always_inline)) void
+picks_3x3(const float *x, int64_t W, int64_t top, int64_t n, int S, int64_t *at)
+{
+    int32_t idx[ROW_CHUNK];
+    const int32_t w = (int32_t)W, t0 = (int32_t)top;
+    const int32_t off[9] = {0, 1, 2, w, w + 1, w + 2, 2 * w, 2 * w + 1, 2 * w + 2};
+    for (int64_t j = 0; j < n; j++) {
+        const int32_t k = t0 + (int32_t)j * S;
+        float m = x[k];
+        int32_t a = k;
+        for (int e = 1; e < 9; e++) {
+            const float v = x[k + off[e]];
+            const int take = (v > m) | (v != v);
+            m = take ? v : m;
+            a = take ? k + off[e] : a;
+        }
+        idx[j] = a;
+    }
+    for (int64_t j = 0; j < n; j++) at[j] = idx[j];
+}
+
 /* Output (oh, ow0 + k), k < n, by torch's rule (argmax: the first maximum,
    the last NaN): the input index it takes into at[k] (-1 for an empty
    window) and its value into val[k], either may be NULL. Forward and
@@ -224,11 +251,19 @@ pick_row(const pgeom *g, const float *xp, int64_t oh, int64_t ow0, int64_t n, in
     hi = hi > ow0 + n ? ow0 + n : hi;
     /* a loop of its own for the windows inside the input: tight, inlined */
     const int64_t top = (oh * g->sh - g->ph) * g->W - g->pw;
-    for (int64_t ow = lo; ow < hi; ow++) {
-        int nan;
-        const pick m = max3x3(xp, g->W, top + ow * g->sw, &nan);
-        if (at) at[ow - ow0] = nan ? argmax(g, xp, oh, ow) : m.at;
-        if (val) val[ow - ow0] = nan ? NAN : m.v;
+    /* the gradient at stride 1 or 2: a constant stride, which lets the
+       compiler vectorise picks_3x3's loads */
+    if (at && !val && g->sw == 2 && hi > lo) {
+        picks_3x3(xp, g->W, top + lo * 2, hi - lo, 2, at + (lo - ow0));
+    } else if (at && !val && g->sw == 1 && hi > lo) {
+        picks_3x3(xp, g->W, top + lo, hi - lo, 1, at + (lo - ow0));
+    } else {
+        for (int64_t ow = lo; ow < hi; ow++) {
+            int nan;
+            const pick m = max3x3(xp, g->W, top + ow * g->sw, &nan);
+            if (at) at[ow - ow0] = nan ? argmax(g, xp, oh, ow) : m.at;
+            if (val) val[ow - ow0] = nan ? NAN : m.v;
+        }
     }
     for (int64_t ow = ow0; ow < ow0 + n; ow++) {
         if (ow >= lo && ow < hi) continue;
