@@ -1,8 +1,9 @@
 /* conv2d on oneDNN primitives (k_dnnl_conv.c) against the im2col kernels:
  * forward and both gradients agree with the oneDNN path on and off, the
  * values read back are plain NCHW / OIHW whatever layout the primitive
- * used inside, a training step is still one execution, and steps oneDNN
- * is not used for (1x1) make no primitive. */
+ * used inside, a training step is still one execution, steps oneDNN
+ * is not used for (1x1) make no primitive, and the tuned choice is timed
+ * once per step shape. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,40 @@ static void check_case(int mode, const int64_t *xs, const int64_t *ws, lz_conv2d
     free_result(&off);
 }
 
+/* LZ_DNNL_CONV=tune: a step shape is timed once per process, every way it
+   can run; a second executable with the same steps makes the same choice
+   without timing again (so the same values, bit for bit), and whichever
+   way won agrees with the im2col kernels. A 1x1 never takes oneDNN. */
+static void check_tuned(const int64_t *xs, const int64_t *ws, lz_conv2d_opts o, int one_by_one,
+                        const char *what)
+{
+    const int64_t t0 = lz_dnnl_conv_timed();
+    result a = run_case(LZ_DNNL_CONV_TUNE, xs, ws, o);
+    const int64_t t1 = lz_dnnl_conv_timed();
+    result b = run_case(LZ_DNNL_CONV_TUNE, xs, ws, o);
+    const int64_t t2 = lz_dnnl_conv_timed();
+    result off = run_case(0, xs, ws, o);
+    printf("%-28s primitives %lld, steps timed %lld then %lld\n", what, (long long)a.primitives,
+           (long long)(t1 - t0), (long long)(t2 - t1));
+    CHECK_EQ_I(t1 - t0, 3);   /* forward and both gradients */
+    CHECK_EQ_I(t2 - t1, 0);
+    CHECK_EQ_I(a.primitives, b.primitives);
+    CHECK_EQ_I(a.executions, 1);
+    if (one_by_one) CHECK_EQ_I(a.primitives, 0);
+    CHECK(a.y && b.y && off.y && a.gx && b.gx && off.gx && a.gw && b.gw && off.gw);
+    if (a.y && b.y && off.y && a.gx && b.gx && off.gx && a.gw && b.gw && off.gw) {
+        CHECK(!memcmp(a.y, b.y, sizeof(float) * (size_t)a.ny));
+        CHECK(!memcmp(a.gx, b.gx, sizeof(float) * (size_t)a.nx));
+        CHECK(!memcmp(a.gw, b.gw, sizeof(float) * (size_t)a.nw));
+        CHECK(lz_test_rel_err(a.y, off.y, a.ny) <= TOL);
+        CHECK(lz_test_rel_err(a.gx, off.gx, a.nx) <= TOL);
+        CHECK(lz_test_rel_err(a.gw, off.gw, a.nw) <= TOL);
+    }
+    free_result(&a);
+    free_result(&b);
+    free_result(&off);
+}
+
 int main(void)
 {
     check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
@@ -184,6 +219,10 @@ int main(void)
     check_case(2, (int64_t[]){2, 16, 11, 9}, (int64_t[]){16, 16, 3, 2},
                (lz_conv2d_opts){.stride = {2, 1}, .padding = {0, 1}, .dilation = {1, 2}}, 1,
                "rectangular");
+    check_tuned((int64_t[]){2, 128, 16, 16}, (int64_t[]){128, 128, 3, 3},
+                (lz_conv2d_opts){.padding = {1, 1}}, 0, "tuned 3x3");
+    check_tuned((int64_t[]){2, 256, 8, 8}, (int64_t[]){512, 256, 1, 1}, (lz_conv2d_opts){0}, 1,
+                "tuned 1x1");
     lz_dnnl_conv_set(-1);
     lz_shutdown();
     return lz_test_done();

@@ -16,6 +16,7 @@ typedef struct cpu_step {
     lz_kernel kernel;
     const lz_stateful_kernel *stateful;   /* with state: runs instead of kernel */
     void *state;
+    int library;   /* the state runs a library primitive (the profile says so) */
 } cpu_step;
 
 struct lz_backend_exec {
@@ -46,6 +47,7 @@ static lz_backend_exec *cpu_prepare(const lz_program *p)
         }
         cs->stateful = lz_cpu_stateful_kernel_for((lz_op)p->steps[i].op);
         if (cs->stateful) cs->state = cs->stateful->prepare(p, &p->steps[i]);
+        cs->library = cs->state && cs->stateful->library(cs->state);
     }
     return e;
 }
@@ -61,7 +63,7 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
         const char *err = cs->state ? cs->stateful->run(cs->state, p, &p->steps[i], ptrs)
                                     : cs->kernel(p, &p->steps[i], ptrs);
         if (err) return err;
-        if (timed) lz_profile_add(p->steps[i].op, cs->state != NULL, lz_now_ms() - t0);
+        if (timed) lz_profile_add(p->steps[i].op, cs->library, lz_now_ms() - t0);
     }
     return NULL;
 }

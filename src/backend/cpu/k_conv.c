@@ -308,6 +308,14 @@ static const char *run_items(const geom *g, item_fn fn, const float *a, const fl
     return failed ? what : NULL;
 }
 
+/* Whether all images' columns fit side by side (and the step is not
+   depthwise, which has its own loops). */
+static int can_gather(const geom *g)
+{
+    return g->N > 1 && !(g->Cg == 1 && g->G > 1) &&
+           (double)g->K * g->N * g->P + (double)g->O * g->N * g->P < (double)(64 << 20) / sizeof(float);
+}
+
 /* When the weight outweighs an image's columns (deep layers on small
    images: P = OH*OW of a few pixels), one product per image is a thin
    sgemm (N = P columns) that runs far from peak, and for the weight
@@ -316,10 +324,10 @@ static const char *run_items(const geom *g, item_fn fn, const float *a, const fl
    into one [K, N*P] matrix, the output or its gradient into one [Og, N*P],
    and a single threaded sgemm per group does the work. (N=8, 1x1, 1024 ->
    256 channels at 8x8: forward 1.36 ms one image at a time.) */
-static int use_gathered(const geom *g)
+static int use_gathered(const geom *g, lz_conv_path path)
 {
-    return g->N > 1 && g->Og * g->K >= 2 * g->K * g->P &&
-           (double)g->K * g->N * g->P + (double)g->O * g->N * g->P < (double)(64 << 20) / sizeof(float);
+    if (path != LZ_CONV_BY_RULE) return path == LZ_CONV_GATHERED && can_gather(g);
+    return can_gather(g) && g->Og * g->K >= 2 * g->K * g->P;
 }
 
 /* col[K, N*P] of group gi: im2col writes rows of P; image n's go to
@@ -384,7 +392,8 @@ static int run_gathered(const geom *g, lz_op op, const float *a, const float *b,
     return 0;
 }
 
-static const char *k_conv2d(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *conv2d(const lz_program *p, const lz_step *s, void *const *ptrs,
+                          lz_conv_path path)
 {
     const lz_value *vx = &p->values[s->in[0]], *vw = &p->values[s->in[1]], *vy = &p->values[s->out];
     if (vy->numel == 0) return NULL;
@@ -396,11 +405,12 @@ static const char *k_conv2d(const lz_program *p, const lz_step *s, void *const *
         return NULL;
     }
     const char *err = "lz_conv2d: dnnl_sgemm failed";
-    if (use_gathered(&g)) return run_gathered(&g, LZ_OP_CONV2D, x, w, y) ? err : NULL;
+    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D, x, w, y) ? err : NULL;
     return run_items(&g, forward_item, x, w, y, err);
 }
 
-static const char *k_conv2d_grad_input(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *conv2d_grad_input(const lz_program *p, const lz_step *s, void *const *ptrs,
+                                     lz_conv_path path)
 {
     const lz_value *vg = &p->values[s->in[0]], *vw = &p->values[s->in[1]], *vx = &p->values[s->out];
     if (vx->numel == 0) return NULL;
@@ -416,11 +426,12 @@ static const char *k_conv2d_grad_input(const lz_program *p, const lz_step *s, vo
         return NULL;
     }
     const char *err = "lz_conv2d (grad input): dnnl_sgemm failed";
-    if (use_gathered(&g)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_INPUT, gy, w, dx) ? err : NULL;
+    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_INPUT, gy, w, dx) ? err : NULL;
     return run_items(&g, grad_input_item, gy, w, dx, err);
 }
 
-static const char *k_conv2d_grad_weight(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *conv2d_grad_weight(const lz_program *p, const lz_step *s, void *const *ptrs,
+                                      lz_conv_path path)
 {
     const lz_value *vx = &p->values[s->in[0]], *vg = &p->values[s->in[1]], *vw = &p->values[s->out];
     if (vw->numel == 0) return NULL;
@@ -438,7 +449,7 @@ static const char *k_conv2d_grad_weight(const lz_program *p, const lz_step *s, v
     const char *err = "lz_conv2d (grad weight): dnnl_sgemm failed";
     const char *oom = "lz_conv2d (grad weight): out of memory";
     const int64_t wn = vw->numel;
-    if (use_gathered(&g)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_WEIGHT, x, gy, dw) ? err : NULL;
+    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_WEIGHT, x, gy, dw) ? err : NULL;
     if (!use_team(&g)) {
         float *col = col_bytes(&g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(&g)) : NULL;
         if (col_bytes(&g) && !col) return oom;
@@ -473,12 +484,49 @@ static const char *k_conv2d_grad_weight(const lz_program *p, const lz_step *s, v
     return failed ? err : NULL;
 }
 
+const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
+                            lz_conv_path path)
+{
+    switch ((lz_op)s->op) {
+    case LZ_OP_CONV2D: return conv2d(p, s, ptrs, path);
+    case LZ_OP_CONV2D_GRAD_INPUT: return conv2d_grad_input(p, s, ptrs, path);
+    case LZ_OP_CONV2D_GRAD_WEIGHT: return conv2d_grad_weight(p, s, ptrs, path);
+    default: return "lz_conv2d: not a convolution step";
+    }
+}
+
+/* The step's (x, w, y) values, whichever direction. */
+static geom step_geom(const lz_program *p, const lz_step *s)
+{
+    const lz_value *a = &p->values[s->in[0]], *b = &p->values[s->in[1]], *o = &p->values[s->out];
+    if (s->op == LZ_OP_CONV2D) return make_geom(a, b, o, s);
+    if (s->op == LZ_OP_CONV2D_GRAD_INPUT) return make_geom(o, b, a, s);
+    return make_geom(a, o, b, s);
+}
+
+int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s)
+{
+    geom g = step_geom(p, s);
+    return can_gather(&g);
+}
+
+int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s)
+{
+    geom g = step_geom(p, s);
+    return use_gathered(&g, LZ_CONV_BY_RULE);
+}
+
+static const char *k_conv2d(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    return lz_cpu_conv_run(p, s, ptrs, LZ_CONV_BY_RULE);
+}
+
 lz_kernel lz_cpu_conv_kernel(lz_op op)
 {
     switch (op) {
-    case LZ_OP_CONV2D: return k_conv2d;
-    case LZ_OP_CONV2D_GRAD_INPUT: return k_conv2d_grad_input;
-    case LZ_OP_CONV2D_GRAD_WEIGHT: return k_conv2d_grad_weight;
+    case LZ_OP_CONV2D:
+    case LZ_OP_CONV2D_GRAD_INPUT:
+    case LZ_OP_CONV2D_GRAD_WEIGHT: return k_conv2d;
     default: return lz_cpu_pool_kernel(op);
     }
 }

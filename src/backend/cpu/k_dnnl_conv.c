@@ -45,6 +45,15 @@
  *     C32 64x64 3x3          fwd 1.17/0.40  data 1.11/0.43  weight 1.81/0.43
  * (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay here).
  *
+ * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
+ * step shape once per process, every way it can run (oneDNN, or k_conv.c
+ * one image per thread, or all images' columns in one product), and keeps
+ * the fastest; a step state without a primitive then runs k_conv.c's
+ * chosen path. Off by default: a choice made on timings makes results
+ * differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
+ * moved 15 of 70 choices, mostly 1x1 steps between one image at a time
+ * and gathered, each by 5-25%.
+ *
  * On by default (LZ_DNNL_CONV=0 turns it off). It was off for a while:
  * test_model_parity's vgg16 and resnext50_32x4d failed with this mix and
  * passed with every conv on oneDNN and with none. The cause was the test's
@@ -61,6 +70,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
 #include "core/ir.h"
+#include "core/metrics.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
@@ -76,12 +86,13 @@ int lz_dnnl_conv_enabled(void)
     if (from_env < 0) {
         const char *env = getenv("LZ_DNNL_CONV");
         int one_char = env && env[0] && env[1] == '\0';
-        from_env = one_char && env[0] == '0' ? 0 : one_char && env[0] == '2' ? 2 : 1;
+        from_env = one_char && env[0] == '0' ? 0 : one_char && env[0] == '2' ? 2
+                 : env && !strcmp(env, "tune") ? LZ_DNNL_CONV_TUNE : 1;
     }
     return from_env;
 }
 
-void lz_dnnl_conv_set(int on) { forced = on < 0 ? -1 : on > 2 ? 2 : on; }
+void lz_dnnl_conv_set(int on) { forced = on < 0 ? -1 : on > LZ_DNNL_CONV_TUNE ? LZ_DNNL_CONV_TUNE : on; }
 
 int64_t lz_dnnl_conv_created(void)
 {
@@ -103,19 +114,22 @@ void lz_dnnl_conv_trim(void)
     pthread_mutex_unlock(&lock);
 }
 
-/* Operand k of a step: 0 and 1 are its inputs, 2 its output. */
+/* A step's state: a oneDNN primitive, or (prim NULL) the k_conv.c path
+   that measured fastest. Operand k: 0 and 1 are the step's inputs, 2 its
+   output. */
 typedef struct dnnl_conv {
     dnnl_primitive_t prim;
+    lz_conv_path path;             /* without a primitive */
+    int engine;                    /* holds a reference on the engine */
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
     dnnl_memory_t plain[3], inner[3], scratchpad;
     size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the scratch block */
     int arg[3], value[3];
 } dnnl_conv;
 
-static void conv_release(void *state)
+/* Frees the primitive and its memories; the state then runs k_conv.c. */
+static void drop_primitive(dnnl_conv *c)
 {
-    dnnl_conv *c = state;
-    if (!c) return;
     if (c->prim) dnnl_primitive_destroy(c->prim);
     for (int k = 0; k < 3; k++) {
         if (c->reorder[k]) dnnl_primitive_destroy(c->reorder[k]);
@@ -123,10 +137,21 @@ static void conv_release(void *state)
         if (c->plain[k]) dnnl_memory_destroy(c->plain[k]);
     }
     if (c->scratchpad) dnnl_memory_destroy(c->scratchpad);
-    free(c);
-    pthread_mutex_lock(&lock);
-    live--;
-    pthread_mutex_unlock(&lock);
+    if (c->engine) {
+        pthread_mutex_lock(&lock);
+        live--;
+        pthread_mutex_unlock(&lock);
+    }
+    const lz_conv_path path = c->path;
+    memset(c, 0, sizeof *c);
+    c->path = path;
+}
+
+static void conv_release(void *state)
+{
+    if (!state) return;
+    drop_primitive(state);
+    free(state);
 }
 
 static int take_engine(void)
@@ -144,12 +169,19 @@ static int take_engine(void)
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
-/* Whether oneDNN measured faster for this step (see the top comment). */
+static double conv_flops(const int64_t *x, const int64_t *w, const int64_t *y, int64_t G)
+{
+    return 2.0 * (double)(y[0] * y[1] * y[2] * y[3]) * (double)(x[1] / G * w[2] * w[3]);
+}
+
+/* Whether oneDNN measured faster for this step on the machine the rules
+   were written on (see the top comment): the choice for steps too small
+   to time. */
 static int worth_it(lz_op op, const int64_t *x, const int64_t *w, const int64_t *y, int64_t G)
 {
     if (lz_dnnl_conv_enabled() == 2) return 1;
     int64_t Cg = x[1] / G, taps = w[2] * w[3];
-    double flops = 2.0 * (double)(y[0] * y[1] * y[2] * y[3]) * (double)(Cg * taps);
+    double flops = conv_flops(x, w, y, G);
     if (Cg == 1 && G > 1) return 1;   /* depthwise: see the top comment */
     if (taps == 1 || flops < 3.2e7) return 0;
     if (op == LZ_OP_CONV2D_GRAD_INPUT) return Cg >= 16;
@@ -222,29 +254,33 @@ static int make_operand(dnnl_conv *c, int k, const dnnl_memory_desc_t *plain,
     return s != dnnl_success;
 }
 
-static void *conv_prepare(const lz_program *p, const lz_step *s)
+/* The step's operands as (x, w, y), whichever direction; 0 if it is not
+   a 4-d f32 convolution with work to do. */
+static int conv_operands(const lz_program *p, const lz_step *s, const lz_value **X,
+                         const lz_value **W, const lz_value **Y)
 {
-    if (!lz_dnnl_conv_enabled()) return NULL;
-    lz_op op = (lz_op)s->op;
-    /* the step's operands as (x, w, y), whichever direction */
     int vx, vw, vy;
-    if (op == LZ_OP_CONV2D) { vx = s->in[0]; vw = s->in[1]; vy = s->out; }
-    else if (op == LZ_OP_CONV2D_GRAD_INPUT) { vy = s->in[0]; vw = s->in[1]; vx = s->out; }
+    if (s->op == LZ_OP_CONV2D) { vx = s->in[0]; vw = s->in[1]; vy = s->out; }
+    else if (s->op == LZ_OP_CONV2D_GRAD_INPUT) { vy = s->in[0]; vw = s->in[1]; vx = s->out; }
     else { vx = s->in[0]; vy = s->in[1]; vw = s->out; }
-    const lz_value *X = &p->values[vx], *W = &p->values[vw], *Y = &p->values[vy];
-    if (X->dtype != LZ_F32 || W->dtype != LZ_F32 || Y->dtype != LZ_F32 || X->ndim != 4 ||
-        W->ndim != 4 || Y->ndim != 4 || X->numel == 0 || W->numel == 0 || Y->numel == 0)
-        return NULL;
+    *X = &p->values[vx];
+    *W = &p->values[vw];
+    *Y = &p->values[vy];
+    const lz_value *v[3] = {*X, *W, *Y};
+    for (int k = 0; k < 3; k++)
+        if (v[k]->dtype != LZ_F32 || v[k]->ndim != 4 || v[k]->numel == 0) return 0;
+    return s->iattr[6] >= 1;
+}
+
+/* Builds the step's oneDNN primitive into c; 0 on success, else c is left
+   without one (no jit kernel, or oneDNN failed). */
+static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_step *s)
+{
+    const lz_op op = (lz_op)s->op;
+    const lz_value *X, *W, *Y;
+    if (!conv_operands(p, s, &X, &W, &Y) || !take_engine()) return 1;
+    c->engine = 1;
     const int64_t G = s->iattr[6];
-    if (G < 1 || !worth_it(op, X->shape, W->shape, Y->shape, G)) return NULL;
-    if (!take_engine()) return NULL;
-    dnnl_conv *c = calloc(1, sizeof *c);
-    if (!c) {
-        pthread_mutex_lock(&lock);
-        live--;
-        pthread_mutex_unlock(&lock);
-        return NULL;
-    }
     dnnl_dims_t st = {s->iattr[0], s->iattr[1]}, dil = {s->iattr[4] - 1, s->iattr[5] - 1};
     dnnl_dims_t pl = {s->iattr[2], s->iattr[3]}, pr;
     for (int d = 0; d < 2; d++)   /* what makes oneDNN's output size the step's */
@@ -308,14 +344,8 @@ static void *conv_prepare(const lz_program *p, const lz_step *s)
         bad = 1;
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (bad) {
-        conv_release(c);   /* im2col runs this step instead */
-        return NULL;
-    }
-    pthread_mutex_lock(&lock);
-    created++;
-    pthread_mutex_unlock(&lock);
-    return c;
+    if (bad) drop_primitive(c);
+    return bad;
 }
 
 static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
@@ -326,9 +356,8 @@ static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 
 static const char *conv_run(void *state, const lz_program *p, const lz_step *s, void *const *ptrs)
 {
-    (void)p;
-    (void)s;
     dnnl_conv *c = state;
+    if (!c->prim) return lz_cpu_conv_run(p, s, ptrs, c->path);
     char *block = c->bytes ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, c->bytes) : NULL;
     if (c->bytes && !block) return "lz_conv2d: out of memory for oneDNN's buffers";
     int bad = 0;
@@ -350,9 +379,158 @@ static const char *conv_run(void *state, const lz_program *p, const lz_step *s, 
     return bad ? "lz_conv2d: a oneDNN primitive failed" : NULL;
 }
 
+/* ---- the choice, measured on this machine -------------------------------- */
+
+enum { PER_IMAGE, GATHERED, ONEDNN, N_WAYS };
+/* Steps are timed between these sizes; outside, the rules above choose:
+   below (~0.1 ms) timing costs more than it could save, above (~10 ms),
+   where vgg16's layers all are, oneDNN's blocked kernels won every time
+   (Intel Xeon, 2 cores: 27 of 28 vgg16 steps, 14-35% faster) and timing
+   them added 8 s to the first compile. */
+#define TUNE_MIN_FLOPS 2e7
+#define TUNE_MAX_FLOPS 1e9
+#define KEY_LEN 21           /* op, x, w and y shapes, 7 attributes, oneDNN's mode */
+#define N_TUNED 512
+
+/* What each step shape measured fastest, for the process: every
+   executable with that step makes the same choice, so compiling a graph
+   twice gives the same values, and it is timed once. */
+static struct { int64_t key[KEY_LEN]; int way; } tuned[N_TUNED];
+static int n_tuned;
+static int64_t timed;   /* steps timed, ever (tests) */
+
+int64_t lz_dnnl_conv_timed(void)
+{
+    pthread_mutex_lock(&lock);
+    int64_t n = timed;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+static void step_key(const lz_step *s, const lz_value *X, const lz_value *W, const lz_value *Y,
+                     int64_t *key)
+{
+    key[0] = s->op;
+    for (int d = 0; d < 4; d++) {
+        key[1 + d] = X->shape[d];
+        key[5 + d] = W->shape[d];
+        key[9 + d] = Y->shape[d];
+    }
+    for (int a = 0; a < 7; a++) key[13 + a] = s->iattr[a];
+    key[20] = lz_dnnl_conv_enabled();
+}
+
+static int tuned_way(const int64_t *key)
+{
+    int way = -1;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < n_tuned && way < 0; i++)
+        if (!memcmp(tuned[i].key, key, sizeof tuned[i].key)) way = tuned[i].way;
+    pthread_mutex_unlock(&lock);
+    return way;
+}
+
+static void remember_way(const int64_t *key, int way)
+{
+    pthread_mutex_lock(&lock);
+    if (n_tuned < N_TUNED) {
+        memcpy(tuned[n_tuned].key, key, sizeof tuned[n_tuned].key);
+        tuned[n_tuned++].way = way;
+    }
+    timed++;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Runs the step on made-up operands each way it can go and returns the
+   fastest: twice each after a warm-up, interleaved, best of the two (the
+   machine's noise only adds). way_ok[w]: whether way w can run. */
+static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, const int *way_ok,
+                       int prior)
+{
+    void **ptrs = calloc((size_t)p->n_values, sizeof *ptrs);
+    const int v[3] = {s->in[0], s->in[1], s->out};
+    int ok = ptrs != NULL;
+    for (int k = 0; k < 3 && ok; k++) {
+        const lz_value *val = &p->values[v[k]];
+        float *f = ptrs[v[k]] = malloc(val->nbytes);
+        ok = f != NULL;
+        for (int64_t i = 0; ok && i < val->numel; i++) f[i] = (float)(i % 17) * 0.0625f - 0.5f;
+    }
+    double best[N_WAYS], first[N_WAYS], fastest_first = 1e300;
+    for (int w = 0; w < N_WAYS; w++) best[w] = first[w] = 1e300;
+    for (int rep = 0; rep < 2 && ok; rep++)
+        for (int w = 0; w < N_WAYS && ok; w++) {
+            /* a way half as fast again as another at the warm-up is out */
+            if (!way_ok[w] || (rep > 0 && first[w] > 1.5 * fastest_first)) continue;
+            dnnl_primitive_t prim = c->prim;
+            if (w != ONEDNN) c->prim = NULL;   /* conv_run takes k_conv.c's path */
+            c->path = w == GATHERED ? LZ_CONV_GATHERED : LZ_CONV_PER_IMAGE;
+            const double t0 = lz_now_ms();
+            ok = conv_run(c, p, s, ptrs) == NULL;
+            const double t = lz_now_ms() - t0;
+            c->prim = prim;
+            if (rep == 0) {
+                first[w] = t;
+                if (t < fastest_first) fastest_first = t;
+            } else if (t < best[w]) {
+                best[w] = t;
+            }
+        }
+    for (int k = 0; ptrs && k < 3; k++) free(ptrs[v[k]]);
+    free(ptrs);
+    if (!ok) return prior;
+    int way = prior;
+    for (int w = 0; w < N_WAYS; w++)   /* the prior keeps ties within 3% */
+        if (way_ok[w] && best[w] < best[way] / 1.03) way = w;
+    return way;
+}
+
+static void *conv_prepare(const lz_program *p, const lz_step *s)
+{
+    const lz_value *X, *W, *Y;
+    if (!conv_operands(p, s, &X, &W, &Y)) return NULL;
+    const lz_op op = (lz_op)s->op;
+    const int64_t G = s->iattr[6], Cg = X->shape[1] / G, taps = W->shape[2] * W->shape[3];
+    const int mode = lz_dnnl_conv_enabled(), depthwise = Cg == 1 && G > 1;
+    dnnl_conv *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    const int rule_dnnl = mode && worth_it(op, X->shape, W->shape, Y->shape, G);
+    const int rule_gathers = lz_cpu_conv_by_rule_gathers(p, s);
+    const int prior = rule_dnnl ? ONEDNN : rule_gathers ? GATHERED : PER_IMAGE;
+    int64_t key[KEY_LEN];
+    step_key(s, X, W, Y, key);
+    int way = mode != LZ_DNNL_CONV_TUNE || depthwise ? prior : tuned_way(key);
+    const double flops = conv_flops(X->shape, W->shape, Y->shape, G);
+    if (way < 0 && (flops < TUNE_MIN_FLOPS || flops > TUNE_MAX_FLOPS)) way = prior;
+    if (way < 0) {
+        /* 1x1: oneDNN's reorders measured slower everywhere; the 3-channel
+           grad input kernel too (see the top comment) */
+        const int dnnl_may = mode && taps > 1 && (op != LZ_OP_CONV2D_GRAD_INPUT || Cg >= 16);
+        const int way_ok[N_WAYS] = {1, lz_cpu_conv_can_gather(p, s),
+                                    dnnl_may && build_primitive(c, p, s) == 0};
+        way = fastest_way(c, p, s, way_ok, way_ok[prior] ? prior : PER_IMAGE);
+        remember_way(key, way);
+    }
+    if (way == ONEDNN && !c->prim && build_primitive(c, p, s)) way = rule_gathers ? GATHERED : PER_IMAGE;
+    if (way != ONEDNN) drop_primitive(c);
+    c->path = way == GATHERED ? LZ_CONV_GATHERED : LZ_CONV_PER_IMAGE;
+    if (way != ONEDNN && (way == GATHERED) == rule_gathers) {
+        free(c);   /* the plain kernel does just this */
+        return NULL;
+    }
+    if (way == ONEDNN) {
+        pthread_mutex_lock(&lock);
+        created++;
+        pthread_mutex_unlock(&lock);
+    }
+    return c;
+}
+
+static int runs_library(const void *state) { return ((const dnnl_conv *)state)->prim != NULL; }
+
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op)
 {
-    static const lz_stateful_kernel k = {conv_prepare, conv_run, conv_release};
+    static const lz_stateful_kernel k = {conv_prepare, conv_run, conv_release, runs_library};
     switch (op) {
     case LZ_OP_CONV2D:
     case LZ_OP_CONV2D_GRAD_INPUT:

@@ -37,6 +37,9 @@ typedef struct lz_stateful_kernel {
     void *(*prepare)(const lz_program *p, const lz_step *s);
     const char *(*run)(void *state, const lz_program *p, const lz_step *s, void *const *ptrs);
     void (*release)(void *state);
+    /* whether the state runs a library primitive (oneDNN) rather than
+       one of lazyc's kernels: what the profile calls it */
+    int (*library)(const void *state);
 } lz_stateful_kernel;
 
 /* The stateful kernel for op, or NULL: op has plain kernels only. */
@@ -44,16 +47,33 @@ const lz_stateful_kernel *lz_cpu_stateful_kernel_for(lz_op op);
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op);   /* k_dnnl_conv.c */
 /* Whether conv2d steps use oneDNN primitives (k_dnnl_conv.c): 1 on the
    steps where they measured faster, 2 on every step oneDNN has a jit
-   kernel for (to test them), 0 off. LZ_DNNL_CONV=0 or =2 in the
-   environment (read once) picks 0 or 2, anything else 1; lz_dnnl_conv_set
-   overrides that (-1: back to the environment) for tests. Executables
-   already compiled keep their choice. */
+   kernel for (to test them), 0 off, LZ_DNNL_CONV_TUNE: each step shape
+   timed once per process, every way it can run, when it is compiled.
+   LZ_DNNL_CONV=0, =2 or =tune in the environment (read once) picks 0, 2
+   or tune, anything else 1; lz_dnnl_conv_set overrides that (-1: back to
+   the environment) for tests. Executables already compiled keep their
+   choice. */
+#define LZ_DNNL_CONV_TUNE 3
 int  lz_dnnl_conv_enabled(void);
 void lz_dnnl_conv_set(int on);
-/* How many steps were prepared with a oneDNN primitive, ever (tests). */
+/* How many steps were prepared with a oneDNN primitive, ever, and how
+   many step shapes were timed to choose their way (tests). */
 int64_t lz_dnnl_conv_created(void);
+int64_t lz_dnnl_conv_timed(void);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
 void lz_dnnl_conv_trim(void);
+
+/* How k_conv.c runs a conv2d step: by its own rule (what the plain kernel
+   does), one image at a time (each thread its own images), or with every
+   image's columns side by side in one product. Depthwise steps take their
+   direct loops whatever the path; GATHERED where it cannot apply (one
+   image, too large) runs one image at a time. */
+typedef enum lz_conv_path { LZ_CONV_BY_RULE, LZ_CONV_PER_IMAGE, LZ_CONV_GATHERED } lz_conv_path;
+const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
+                            lz_conv_path path);
+/* Whether step s can run GATHERED, and whether its rule picks that. */
+int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s);
+int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s);
 
 /* Strides (in elements) that read `in` broadcast to out's shape, aligned
    to out's ndim (0 on broadcast axes). */
