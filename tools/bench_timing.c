@@ -4,9 +4,9 @@
  * on the same batch: eager (every op runs when recorded), lazy (a scope,
  * then lz_mark_step: one graph per step) and captured (lz_capture once,
  * lz_call per step). Warm-up steps come first, mode by mode; the timed
- * repetitions are then interleaved (eager, lazy, captured, eager, ...) so
- * that a slow stretch of a noisy machine hits every mode alike, as in the
- * reference harness. A timed step runs from its first op to the barrier
+ * repetitions are then interleaved (eager, lazy, captured, then captured,
+ * lazy, eager, ...) so that a slow stretch of a noisy machine hits every
+ * mode alike, as in the reference harness. A timed step runs from its first op to the barrier
  * plus lz_wait(): the execution is inside it. The median is reported.
  *
  * Counters come from lz_metrics, reset before every timed step (nothing is
@@ -316,10 +316,15 @@ int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_m
         b->held_bytes = bytes_now() - before;
     }
     lz_profile_reset();
+    /* every other repetition runs the modes in reverse order, so no mode
+       always follows the same one and a drift of the machine's speed over
+       the run weighs on all modes alike */
     for (long rep = 0; rc == 0 && rep < o->steps; rep++)
-        for (int md = 0; md < N_LZ_MODES; md++)
+        for (int k = 0; k < N_LZ_MODES; k++) {
+            const int md = rep % 2 ? N_LZ_MODES - 1 - k : k;
             if (!insts[md].failed)
                 timed_step(&insts[md], name, row, rep, o->steps, o->profile);
+        }
     if (o->profile && rc == 0 && !insts[BENCH_CAPTURED].failed)
         print_profile(name, insts[BENCH_CAPTURED].n_ms);
     for (int md = 0; md < N_LZ_MODES; md++) {
