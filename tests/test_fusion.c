@@ -151,6 +151,19 @@ static lz_tensor *cnn6_loss(lz_tensor **p)
     return lz_mean(lz_mul(y, y));
 }
 
+/* The ReLU's gradient reads the gradient of a mean over the image: a
+   broadcast operand once the mean's expand is folded away
+   (compile/fold_expand.c). It must stay out of the batch norm's kernels,
+   which read their operands whole (mnasnet's last block). */
+static lz_tensor *cnn_mean_loss(lz_tensor **p)
+{
+    lz_tensor *c = lz_conv2d(cnn_x, p[0], p[1], (lz_conv2d_opts){ .padding = { 1, 1 } });
+    lz_tensor *b = lz_relu(lz_batch_norm(c, p[2], p[3], cnn_rm, cnn_rv, 1, 0.1f, 1e-5f));
+    lz_tensor *m = lz_mean_axes(b, 2, (const int[]){ 2, 3 }, 0);
+    lz_tensor *y = lz_mul(m, lz_reshape(p[4], 1, (const int64_t[]){ 8 }));
+    return lz_mean(lz_mul(y, y));
+}
+
 static lz_tensor *(*cnn_loss_fn)(lz_tensor **) = cnn_loss;
 
 static void cnn_run(run *r)
@@ -243,6 +256,8 @@ int main(void)
     /* relu6 and its gradient ran inside the batch norm's kernels */
     CHECK_EQ_I(last_hardtanh_on, 0);
     CHECK_EQ_I(last_hardtanh_off, 2 * STEPS);
+    cnn_loss_fn = cnn_mean_loss;
+    both(cnn_run, "conv+bn+relu, mean over the image, sgd step");
     both(chain_small, "broadcast chain");
     both(chain_big, "broadcast chain (threaded)");
     return lz_test_done();

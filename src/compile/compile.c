@@ -91,6 +91,7 @@ lz_executable *lz_compile(const lz_graph *g)
     assert(e->sig);
     memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
     lower(g, &e->prog);
+    lz_fold_expands(&e->prog);
     lz_fuse_bn_activation(&e->prog);
     lz_fuse(&e->prog);
     lz_plan_views(&e->prog);

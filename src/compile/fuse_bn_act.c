@@ -47,8 +47,12 @@ static void fold_gradients(lz_program *p)
     for (int i = 0; i < p->n_steps; i++) {
         const lz_step a = p->steps[i];
         const int gy = a.out;
+        /* the batch norm's kernels read gz and the mask whole, element by
+           element: a broadcast operand (the gradient of a mean, once its
+           expand is folded away) stays with the activation's own kernel */
         if (!is_activation_gradient(&a) || p->values[gy].kind != LZ_VALUE_TEMP ||
-            p->values[gy].dtype != LZ_F32)
+            p->values[gy].dtype != LZ_F32 || p->values[a.in[0]].numel != p->values[gy].numel ||
+            p->values[a.in[1]].numel != p->values[gy].numel)
             continue;
         int readers = 0, ok = 1;
         for (int j = i + 1; j < p->n_steps && ok; j++)

@@ -1,0 +1,41 @@
+/* Expands that only element-wise steps read. An element-wise step
+ * broadcasts its operands to its own shape, and broadcasting composes:
+ * reading an expand's source gives the values the expand would have
+ * written. So element-wise readers take the source instead, and an expand
+ * nothing else reads (the gradient of every sum and mean, read by the
+ * element-wise rest of a backward pass) leaves the schedule: no kernel,
+ * no buffer. Fusion then reads the source as a broadcast operand.
+ *
+ * ViT at bench size ran 51 expands a step (7-15 ms), BERT 50 (9.5 ms). */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "compile/program.h"
+
+void lz_fold_expands(lz_program *p)
+{
+    const size_t nv = (size_t)(p->n_values ? p->n_values : 1);
+    int *source = malloc(sizeof *source * nv), *uses = calloc(nv, sizeof *uses);
+    assert(source && uses);
+    for (int v = 0; v < p->n_values; v++) source[v] = -1;
+    for (int i = 0; i < p->n_steps; i++) {
+        lz_step *s = &p->steps[i];
+        if (lz_op_is_elementwise((lz_op)s->op))
+            for (int a = 0; a < s->n_in; a++)
+                while (source[s->in[a]] >= 0) s->in[a] = source[s->in[a]];
+        for (int a = 0; a < s->n_in; a++) uses[s->in[a]]++;
+        if (s->op == LZ_OP_EXPAND) source[s->out] = s->in[0];
+    }
+    int kept = 0;
+    for (int i = 0; i < p->n_steps; i++) {
+        lz_step *s = &p->steps[i];
+        if (s->op == LZ_OP_EXPAND && !uses[s->out] && p->values[s->out].kind == LZ_VALUE_TEMP) {
+            free(s->in);
+            continue;
+        }
+        p->steps[kept++] = *s;
+    }
+    p->n_steps = kept;
+    free(source);
+    free(uses);
+}
