@@ -9,16 +9,6 @@
 #include "compile/program.h"
 #include "testlib.h"
 
-static int64_t expand_calls(void)
-{
-    lz_profile_entry e[64];
-    int n = lz_profile_read(e, 64);
-    int64_t calls = 0;
-    for (int i = 0; i < n; i++)
-        if (!strcmp(e[i].op, "expand")) calls += e[i].calls;
-    return calls;
-}
-
 /* grad of sum(x * w) with respect to x is expand(1) * w = w */
 static void check_sum_gradient(int fusion)
 {
@@ -35,8 +25,8 @@ static void check_sum_gradient(int fusion)
     float *gx = lz_test_read(lz_grad(x)), *hw = lz_test_read(w);
     CHECK(gx && hw);
     CHECK(gx && hw && !memcmp(gx, hw, sizeof(float) * 20));
-    printf("fusion %d: expand kernels in sum's gradient: %lld\n", fusion, (long long)expand_calls());
-    CHECK_EQ_I(expand_calls(), 0);
+    printf("fusion %d: expand kernels in sum's gradient: %lld\n", fusion, (long long)lz_test_kernel_calls("expand"));
+    CHECK_EQ_I(lz_test_kernel_calls("expand"), 0);
     free(gx);
     free(hw);
     lz_free(loss);
@@ -56,7 +46,7 @@ static void check_kept_expands(void)
     lz_profile_reset();
     lz_mark_step();
     lz_wait();
-    CHECK_EQ_I(expand_calls(), 2);
+    CHECK_EQ_I(lz_test_kernel_calls("expand"), 2);
     float *hh = lz_test_read(held), *hy = lz_test_read(y);
     CHECK(hb && hm && hh && hy);
     int ok = hb && hm && hh && hy;

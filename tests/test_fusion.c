@@ -20,16 +20,6 @@ typedef struct run {
     int64_t hardtanh_kernels;    /* forward and gradient, all steps (lz_profile) */
 } run;
 
-static int64_t calls_of(const char *op)
-{
-    lz_profile_entry e[256];
-    int n = lz_profile_read(e, 256);
-    int64_t calls = 0;
-    for (int i = 0; i < n && i < 256; i++)
-        if (strcmp(e[i].op, op) == 0) calls += e[i].calls;
-    return calls;
-}
-
 static void record(run *r, lz_tensor *t)
 {
     CHECK(r->n < MAX_OUT * STEPS);
@@ -179,7 +169,7 @@ static void cnn_run(run *r)
     lz_profile_enable(1);
     train(r, p, 5, cnn_loss_fn);
     lz_profile_enable(0);
-    r->hardtanh_kernels = calls_of("hardtanh") + calls_of("hardtanh_grad");
+    r->hardtanh_kernels = lz_test_kernel_calls("hardtanh") + lz_test_kernel_calls("hardtanh_grad");
     record(r, cnn_rm);
     record(r, cnn_rv);
     lz_free(cnn_x);

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 
 int lz_test_passed, lz_test_failed;
@@ -19,6 +20,16 @@ void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         x[i] = lo + (hi - lo) * (float)((s >> 40) / (double)(1ull << 24));
     }
+}
+
+int64_t lz_test_kernel_calls(const char *op)
+{
+    lz_profile_entry e[256];
+    int n = lz_profile_read(e, 256);
+    int64_t calls = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(e[i].op, op) == 0) calls += e[i].calls;
+    return calls;
 }
 
 double lz_test_rel_err(const float *a, const float *b, int64_t n)
