@@ -40,6 +40,7 @@ typedef struct inst {
     long n_ms;
     int64_t executions, compiles;
     double flops, kernels;
+    double trace_ms, execute_ms;   /* lz_metrics' host tracing and device kernel time */
     float loss;
 } inst;
 
@@ -223,6 +224,8 @@ static void timed_step(inst *b, const char *name, bench_row *row, long rep, long
     b->compiles += m.compiles;
     b->flops += m.flops;
     b->kernels += (double)m.kernels;
+    b->trace_ms += m.trace_ms;
+    b->execute_ms += m.execute_ms;
     if (m.peak_bytes - before > b->step_growth)
         b->step_growth = m.peak_bytes - before;
     fprintf(stderr, "  %s %-8s step %ld/%ld  %9.2f ms  loss %.4f\n", name,
@@ -252,10 +255,15 @@ static void print_summary(const char *name, const inst *b, const bench_mode_resu
 {
     if (r->ms <= 0)
         return;
+    /* where a step's time went: what lazy saves over eager and captured
+       over lazy is host time (tracing), the kernels being the same */
     fprintf(stderr, "  %s %-8s median %.2f ms, %.4g executions/step, %lld compiles; "
+                    "mean trace %.2f ms, execute %.2f ms a step; "
                     "holds %.1f MiB, a step adds up to %.1f MiB\n",
             name, bench_mode_names[b->mode], r->ms, r->executions_per_step,
-            (long long)r->compiles, b->held_bytes / 1048576.0, b->step_growth / 1048576.0);
+            (long long)r->compiles, b->trace_ms / (double)b->n_ms,
+            b->execute_ms / (double)b->n_ms, b->held_bytes / 1048576.0,
+            b->step_growth / 1048576.0);
 }
 
 /* The captured steps' kernel time by op, the slowest first; the share is
