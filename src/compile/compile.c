@@ -1,5 +1,8 @@
 /* Lowering: one value per graph node, one step per pending node, in
- * post-order; then the memory plan and the backend's kernel preparation. */
+ * post-order; then the passes that take kernels out (shape steps that need
+ * none: fold_expand.c, fold_slice_grad.c; fusion: fuse_bn_act.c, fuse.c;
+ * reshapes as views: views.c), the memory plan (memplan.c) and the
+ * backend's kernel preparation. */
 #include "compile/executable.h"
 
 #include <assert.h>
@@ -92,6 +95,7 @@ lz_executable *lz_compile(const lz_graph *g)
     memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
     lower(g, &e->prog);
     lz_fold_expands(&e->prog);
+    lz_fold_slice_grads(&e->prog);
     lz_fuse_bn_activation(&e->prog);
     lz_fuse(&e->prog);
     lz_plan_views(&e->prog);

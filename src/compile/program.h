@@ -76,6 +76,9 @@ void lz_program_free(lz_program *p);
 /* Element-wise steps that read an expand read its source instead, and
    expands left unread leave the schedule (fold_expand.c). Runs first. */
 void lz_fold_expands(lz_program *p);
+/* A tree of adds over slice gradients that tile one axis becomes a cat of
+   the slices' gradients (fold_slice_grad.c). Runs before fusion. */
+void lz_fold_slice_grads(lz_program *p);
 /* Folds a ReLU or hardtanh that alone reads a training batch norm's
    output into the batch-norm step (fuse_bn_act.c), unless fusion is off.
    Runs before lz_fuse. */
