@@ -51,7 +51,7 @@
  * the fastest; a step state without a primitive then runs k_conv.c's
  * chosen path. Off by default: a choice made on timings makes results
  * differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
- * moved 15 of 70 choices, mostly 1x1 steps between one image at a time
+ * moved 13 of 70 choices, mostly 1x1 steps between one image at a time
  * and gathered, each by 5-25%.
  *
  * On by default (LZ_DNNL_CONV=0 turns it off). It was off for a while:
@@ -383,13 +383,13 @@ static const char *conv_run(void *state, const lz_program *p, const lz_step *s, 
 
 enum { PER_IMAGE, GATHERED, ONEDNN, N_WAYS };
 /* Steps are timed between these sizes; outside, the rules above choose:
-   below (~0.1 ms) timing costs more than it could save, above (~10 ms),
-   where vgg16's layers all are, oneDNN's blocked kernels won every time
-   (Intel Xeon, 2 cores: 27 of 28 vgg16 steps, 14-35% faster) and timing
+   below (~0.1 ms) timing costs more than it could save; above (~10 ms),
+   where vgg16's layers are, oneDNN (the rules' choice) was fastest or
+   within 3% on 27 of vgg16's 28 steps (Intel Xeon, 2 cores), and timing
    them added 8 s to the first compile. */
 #define TUNE_MIN_FLOPS 2e7
 #define TUNE_MAX_FLOPS 1e9
-#define KEY_LEN 21           /* op, x, w and y shapes, 7 attributes, oneDNN's mode */
+#define KEY_LEN 20           /* op, x, w and y shapes, 7 attributes */
 #define N_TUNED 512
 
 /* What each step shape measured fastest, for the process: every
@@ -417,7 +417,6 @@ static void step_key(const lz_step *s, const lz_value *X, const lz_value *W, con
         key[9 + d] = Y->shape[d];
     }
     for (int a = 0; a < 7; a++) key[13 + a] = s->iattr[a];
-    key[20] = lz_dnnl_conv_enabled();
 }
 
 static int tuned_way(const int64_t *key)
