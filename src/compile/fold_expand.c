@@ -26,16 +26,14 @@ void lz_fold_expands(lz_program *p)
         for (int a = 0; a < s->n_in; a++) uses[s->in[a]]++;
         if (s->op == LZ_OP_EXPAND) source[s->out] = s->in[0];
     }
-    int kept = 0;
+    char *drop = calloc((size_t)p->n_steps + 1, 1);
+    assert(drop);
     for (int i = 0; i < p->n_steps; i++) {
-        lz_step *s = &p->steps[i];
-        if (s->op == LZ_OP_EXPAND && !uses[s->out] && p->values[s->out].kind == LZ_VALUE_TEMP) {
-            free(s->in);
-            continue;
-        }
-        p->steps[kept++] = *s;
+        const lz_step *s = &p->steps[i];
+        drop[i] = s->op == LZ_OP_EXPAND && !uses[s->out] && p->values[s->out].kind == LZ_VALUE_TEMP;
     }
-    p->n_steps = kept;
+    lz_program_drop_steps(p, drop);
+    free(drop);
     free(source);
     free(uses);
 }

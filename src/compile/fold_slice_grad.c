@@ -66,7 +66,7 @@ void lz_fold_slice_grads(lz_program *p)
 {
     const size_t nv = (size_t)(p->n_values ? p->n_values : 1);
     int *producer = malloc(sizeof *producer * nv), *uses = calloc(nv, sizeof *uses);
-    char *dead = calloc((size_t)(p->n_steps ? p->n_steps : 1), 1);
+    char *dead = calloc((size_t)p->n_steps + 1, 1);
     assert(producer && uses && dead);
     for (int v = 0; v < p->n_values; v++) producer[v] = -1;
     for (int i = 0; i < p->n_steps; i++) {
@@ -99,12 +99,7 @@ void lz_fold_slice_grads(lz_program *p)
         s->in = in;
         s->iattr[0] = axis;
     }
-    int kept = 0;
-    for (int i = 0; i < p->n_steps; i++) {
-        if (dead[i]) free(p->steps[i].in);
-        else p->steps[kept++] = p->steps[i];
-    }
-    p->n_steps = kept;
+    lz_program_drop_steps(p, dead);
     free(dead);
     free(uses);
     free(producer);

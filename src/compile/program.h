@@ -72,6 +72,9 @@ typedef struct lz_program {
 } lz_program;
 
 void lz_program_free(lz_program *p);
+/* Takes the steps i with drop[i] set out of the schedule, in order, and
+   frees them: what the passes below use to remove the steps they fold. */
+void lz_program_drop_steps(lz_program *p, const char *drop);
 
 /* Element-wise steps that read an expand read its source instead, and
    expands left unread leave the schedule (fold_expand.c). Runs first. */
