@@ -12,6 +12,8 @@
 #include "testlib.h"
 #include "backend/fault.h"
 #include "core/cache.h"
+#include "core/tensor.h"
+#include "runtime/buffer.h"
 
 enum { B = 16, IN = 8, OUT = 4, MAX_STEPS = 6 };
 
@@ -509,6 +511,44 @@ static void test_eager(void)
     lz_set_eager(0);
 }
 
+/* A replay writes the parameters and momentum buffers over their old
+   values (compile/inplace.c). A fault in any one of its kernels, the last
+   included, must still leave every one of them at its previous value: the
+   in-place updates run all or none. */
+static void test_replay_every_kernel(void)
+{
+    trajectory r;
+    reference(16, 3, &r);
+    model m;
+    model_init(&m, 16);
+    lz_fn *f = lz_capture(step_fn, &m, 2, 1);
+    int rc, good = 0;
+    for (; good < 2; good++) lz_free(call(f, &m, &rc));   /* warm-up, capture */
+    CHECK(lz_wait() == 0);
+    const lz_buffer *w0 = m.w[0]->node->buf;
+    lz_metrics_reset();
+    lz_free(call(f, &m, &rc));                             /* a good replay */
+    good++;
+    CHECK(lz_wait() == 0);
+    CHECK(m.w[0]->node->buf == w0);                        /* it donated */
+    long kernels = lz_metrics_get().kernels;
+    CHECK(kernels >= 4);
+    for (long n = 1; n <= kernels; n++) {
+        arm(LZ_FAULT_KERNEL, n);
+        lz_tensor *l = call(f, &m, &rc);
+        CHECK(rc == 0);
+        check_failed_loss(l, "injected fault in kernel ");
+        lz_free(l);
+        CHECK_EQ_I(lz_fault_fired(LZ_FAULT_KERNEL), 1);
+        check_state(&m, &r, good, __LINE__);
+        check_reported_once("injected fault in kernel");
+    }
+    lz_fault_reset();
+    lz_fn_free(f);
+    reference_free(&r, 3);
+    model_free(&m);
+}
+
 /* Every allocation and every kernel of a short captured run, in turn: each
    fault is reported (a failed call or a failed read), the run recovers,
    and the next lz_wait after the one that reports is clean. */
@@ -585,6 +625,7 @@ int main(void)
     test_capture();
     test_compile_capture();
     test_compile_capture_steady();
+    test_replay_every_kernel();
     test_eager();
     test_sweep();
     test_sweep_creation();

@@ -7,6 +7,9 @@
 # resnet18_fmnist), and every parameter after 3
 # SGD steps from `test_models sgd` (captured), must match within 1e-4
 # relative per tensor. A failure names the model and its worst tensor.
+# PyTorch's side is computed once per version of the reference scripts and
+# of torch, and kept under ~/.cache/lazyc/parity (LZ_PARITY_CACHE=DIR puts
+# it elsewhere, =off recomputes): the sanitizer run reuses the plain one's.
 #
 #   test_model_parity.sh BUILD_DIR [MODEL,MODEL,...]
 #

@@ -1,7 +1,7 @@
 /* Lowering: one value per graph node, one step per pending node, in
  * post-order; then the passes that take kernels out (shape steps that need
  * none: fold_expand.c, fold_slice_grad.c; fusion: fuse_bn_act.c, fuse.c;
- * reshapes as views: views.c), the memory plan (memplan.c) and the
+ * reshapes as views: views.c; the in-place tail: inplace.c), the memory plan (memplan.c) and the
  * backend's kernel preparation. */
 #include "compile/executable.h"
 
@@ -99,6 +99,7 @@ lz_executable *lz_compile(const lz_graph *g)
     lz_fuse_bn_activation(&e->prog);
     lz_fuse(&e->prog);
     lz_plan_views(&e->prog);
+    lz_plan_inplace(&e->prog);
     lz_plan_memory(&e->prog);
     e->backend = lz_backend_current();
     e->bexec = e->backend->prepare(&e->prog);
@@ -153,5 +154,7 @@ void lz_program_free(lz_program *p)
     for (int i = 0; i < p->n_steps; i++) step_free(&p->steps[i]);
     free(p->steps);
     free(p->values);
+    free(p->written_by);
+    free(p->last_read_by);
     memset(p, 0, sizeof *p);
 }

@@ -54,12 +54,6 @@ static void give(freelist *f, size_t off, size_t size)
 
 static int n_extra(const lz_step *s) { return s->fused ? s->fused->n_extra : 0; }
 
-/* The value whose memory v is: itself, or the value it views. */
-static int memory_of(const lz_program *p, int v)
-{
-    return p->values[v].kind == LZ_VALUE_VIEW ? p->values[v].view_of : v;
-}
-
 void lz_plan_memory(lz_program *p)
 {
     int *last_use = malloc(sizeof *last_use * (size_t)(p->n_values ? p->n_values : 1));
@@ -69,7 +63,7 @@ void lz_plan_memory(lz_program *p)
         last_use[p->steps[i].out] = i;
         for (int k = 0; k < n_extra(&p->steps[i]); k++) last_use[p->steps[i].fused->extra[k]] = i;
         /* a view's use keeps the memory it views */
-        for (int k = 0; k < p->steps[i].n_in; k++) last_use[memory_of(p, p->steps[i].in[k])] = i;
+        for (int k = 0; k < p->steps[i].n_in; k++) last_use[lz_memory_of(p, p->steps[i].in[k])] = i;
     }
     freelist f = {0};
     for (int i = 0; i < p->n_steps; i++) {
@@ -83,7 +77,7 @@ void lz_plan_memory(lz_program *p)
         }
         /* freed after the step, so no kernel writes over its own inputs */
         for (int k = -1 - n_extra(s); k < s->n_in; k++) {
-            int v = k == -1 ? s->out : k < -1 ? s->fused->extra[-2 - k] : memory_of(p, s->in[k]);
+            int v = k == -1 ? s->out : k < -1 ? s->fused->extra[-2 - k] : lz_memory_of(p, s->in[k]);
             lz_value *val = &p->values[v];
             if (val->kind != LZ_VALUE_TEMP || last_use[v] != i) continue;
             last_use[v] = -2; /* an input listed twice is freed once */

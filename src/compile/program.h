@@ -69,7 +69,19 @@ typedef struct lz_program {
     int       n_inputs, n_outputs;
     size_t    arena_bytes;   /* temps live here, placed by liveness */
     double    flops;         /* matmul (and later conv) work per run */
+    /* the in-place tail (inplace.c): steps from commit_from on are fused
+       element-wise steps, the only ones that may write over an input; the
+       backend checks their injected faults before the first runs */
+    int       commit_from;
+    int      *written_by;    /* per output slot: the step writing it */
+    int      *last_read_by;  /* per input slot: the last step reading it, or -1 */
 } lz_program;
+
+/* The value whose memory v is: itself, or the value it views. */
+static inline int lz_memory_of(const lz_program *p, int v)
+{
+    return p->values[v].kind == LZ_VALUE_VIEW ? p->values[v].view_of : v;
+}
 
 void lz_program_free(lz_program *p);
 /* Takes the steps i with drop[i] set out of the schedule, in order, and
@@ -93,6 +105,15 @@ void lz_fuse(lz_program *p);
    and takes their copies out of the schedule (views.c). Runs after lz_fuse,
    before the memory plan. */
 void lz_plan_views(lz_program *p);
+/* Moves the steps that may write an output over an input, and what reads
+   their results, to the end of the schedule, and records where each output
+   is written and each input last read (inplace.c). Runs after
+   lz_plan_views, before the memory plan. */
+void lz_plan_inplace(lz_program *p);
+/* Whether output out_slot may be written over input in_slot's memory: the
+   two are the same size and type, and no step reads the input after the
+   output's step writes the element it reads. */
+int  lz_program_may_overwrite(const lz_program *p, int out_slot, int in_slot);
 /* Whether lz_fuse fuses: LZ_FUSION=0 in the environment (read once) turns
    it off; lz_fusion_set overrides that (1 on, 0 off, -1 back to the
    environment) for tests. Executables already compiled keep their steps. */

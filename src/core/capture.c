@@ -63,6 +63,8 @@ typedef struct trace {
     int *keep;               /* per output slot: the input slot of the state value it
                                 replaces, or -1 (lz_executor_enqueue) */
     char *bound;             /* per state tensor: bound to an input slot (read by exe) */
+    char *donates;           /* per bound state tensor: its new value may be written
+                                over its old one (lz_program_may_overwrite) */
     struct trace *next;
 } trace;
 
@@ -146,10 +148,12 @@ static void clear_capture(trace *tr)
     free(tr->grad_of);
     free(tr->keep);
     free(tr->bound);
+    free(tr->donates);
     tr->slots = NULL; tr->outputs = NULL; tr->returned = NULL; tr->state = NULL; tr->state_slot = NULL;
     tr->grad_of = NULL;
     tr->keep = NULL;
     tr->bound = NULL;
+    tr->donates = NULL;
     tr->n_slots = tr->n_outputs = tr->n_state = 0;
     tr->captured = 0;
 }
@@ -422,6 +426,13 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                 tr->bound[i] = 1;
                 if (tr->state_slot[i] >= 0) tr->keep[tr->state_slot[i]] = k;
             }
+    tr->donates = calloc((size_t)n_state + 1, 1);
+    assert(tr->donates);
+    for (int i = 0; i < n_state && exe; i++) {
+        int o = tr->state_slot[i];
+        tr->donates[i] = o >= 0 && tr->keep[o] >= 0 &&
+                         lz_program_may_overwrite(&exe->prog, o, tr->keep[o]);
+    }
     rc = lz_execute_graph(&g, exe);
     lz_graph_release(&g);
     drop_snapshot(&s);
@@ -467,15 +478,16 @@ static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *con
 
 /* The buffer of state tensor i if this replay may write its new value
    there: the executable does not read the old value (a gradient remade
-   every step) and nothing else can (no other node, tensor or execution in
-   flight holds it). Reusing it keeps a replay from holding the state's old
-   and new values at once, as a lazy step that drops its gradients first
-   does not, and skips an allocation. */
-static lz_buffer *dead_state_buffer(const lz_fn *f, const trace *tr, lz_tensor *const *in, int i)
+   every step), or reads it only before it writes the new one (a parameter
+   or a momentum buffer: donated, DESIGN.md semantic 7), and nothing else
+   can read it (no other node, tensor or execution in flight holds it).
+   Reusing it keeps a replay from holding the state's old and new values at
+   once, and skips an allocation. */
+static lz_buffer *reusable_state_buffer(const lz_fn *f, const trace *tr, lz_tensor *const *in, int i)
 {
     int o = tr->state_slot[i];
     const lz_node *n = tr->state[i]->node;
-    if (o < 0 || tr->bound[i] || n->refs != 1 || !n->buf ||
+    if (o < 0 || (tr->bound[i] && !tr->donates[i]) || n->refs != 1 || !n->buf ||
         !lz_buffer_unshared(n->buf, tr->outputs[o].nbytes))
         return NULL;
     for (int k = 0; k < f->n_in; k++)
@@ -501,7 +513,7 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     memset(reuse, 0, (size_t)tr->n_outputs);
     for (int o = 0; o < tr->n_outputs; o++) outb[o] = NULL;
     for (int i = 0; i < tr->n_state; i++) {
-        lz_buffer *b = dead_state_buffer(f, tr, in, i);
+        lz_buffer *b = reusable_state_buffer(f, tr, in, i);
         int o = tr->state_slot[i];
         if (b && !outb[o]) { outb[o] = b; reuse[o] = 1; }
     }

@@ -77,7 +77,8 @@ static void run_job(job *j)
         for (int o = 0; kept && o < p->n_outputs; o++) {
             const lz_buffer *src = j->keep[o] >= 0 ? j->in[j->keep[o]] : NULL;
             if (!src || src->error || src->nbytes != j->out[o]->nbytes) continue;
-            j->exe->backend->copy(j->out[o]->data, src->data, src->nbytes);
+            /* a donated buffer is both: the in-place tail did not run */
+            if (src != j->out[o]) j->exe->backend->copy(j->out[o]->data, src->data, src->nbytes);
             kept[o] = 1;
         }
     }

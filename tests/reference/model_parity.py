@@ -52,6 +52,7 @@ checked with batch norm in eval mode (test_models grads ... eval), where
 they are well conditioned, at the strict 1e-4.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -351,12 +352,56 @@ def run_cmd(cmd):
     return p.returncode, p.stdout, time.time() - t0
 
 
+def cache_root():
+    """Where reference cases are kept between runs: the plain and the
+    sanitizer runs of the suite, one after the other in CI, compute PyTorch's
+    side once (it is most of the test's time). Keyed by these scripts and the
+    torch and torchvision versions, so a change to either computes anew.
+    LZ_PARITY_CACHE=off computes every time."""
+    root = os.environ.get("LZ_PARITY_CACHE")
+    if root == "off":
+        return None
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "lazyc", "parity")
+    h = hashlib.sha256(f"{torch.__version__} {torchvision.__version__}".encode())
+    for f in sorted(os.listdir(HERE)):
+        if f.endswith(".py"):
+            with open(os.path.join(HERE, f), "rb") as fh:
+                h.update(f.encode() + b"\0" + fh.read())
+    return os.path.join(root, h.hexdigest()[:16])
+
+
+def reference_case(name, tmp, keep):
+    """(folder with the case files, losses, PyTorch's f32 errors, cached?).
+    With --keep the files are written there, never taken from the cache."""
+    root = None if keep else cache_root()
+    if root:
+        d = os.path.join(root, name)
+        meta = os.path.join(d, "case.json")
+        if os.path.exists(meta):
+            with open(meta) as f:
+                m = json.load(f)
+            return d, m["losses"], m["sens"], True
+    losses, sens = write_case(name, tmp)
+    if root:
+        staged = f"{d}.{os.getpid()}"
+        try:
+            with open(os.path.join(tmp, "case.json"), "w") as f:
+                json.dump({"losses": losses, "sens": sens}, f)
+            shutil.copytree(tmp, staged)
+            os.replace(staged, d)   # whole or not at all
+        except OSError:
+            shutil.rmtree(staged, ignore_errors=True)   # not writable: no cache
+    return tmp, losses, sens, False
+
+
 def check_model(name, args, tmp):
     """One line of results; returns (ok, line)."""
     t0 = time.time()
-    ref_losses, sens = write_case(name, tmp)
+    case, ref_losses, sens, cached = reference_case(name, tmp, args.keep)
     t_ref = time.time() - t0
-    w, i = os.path.join(tmp, "weights.safetensors"), os.path.join(tmp, "inputs.safetensors")
+    w, i = os.path.join(case, "weights.safetensors"), os.path.join(case, "inputs.safetensors")
     g, s = os.path.join(tmp, "grads.safetensors"), os.path.join(tmp, "sgd.safetensors")
     fails, parts = [], []
 
@@ -371,7 +416,7 @@ def check_model(name, args, tmp):
     if rc != 0:
         fails.append(f"{tool} exited {rc}:\n{out[-2000:]}")
     else:
-        worst, largest, problems = compare(os.path.join(tmp, "expected.safetensors"), g,
+        worst, largest, problems = compare(os.path.join(case, "expected.safetensors"), g,
                                            sens=sens["grads"])
         got, _ = load_file(g)
         if "loss" in got:
@@ -380,10 +425,10 @@ def check_model(name, args, tmp):
         if problems:
             fails.append("grads: " + "; ".join(problems[:6]))
 
-    expected_eval = os.path.join(tmp, "expected_eval.safetensors")
+    expected_eval = os.path.join(case, "expected_eval.safetensors")
     if os.path.exists(expected_eval):
         ge = os.path.join(tmp, "grads_eval.safetensors")
-        ie = os.path.join(tmp, "inputs_eval.safetensors")
+        ie = os.path.join(case, "inputs_eval.safetensors")
         rc, out, _ = run_cmd([args.test_models, "grads", name, w, ie, ge, "eval"])
         if rc != 0:
             fails.append(f"test_models grads (eval) exited {rc}:\n{out[-2000:]}")
@@ -398,14 +443,14 @@ def check_model(name, args, tmp):
     if rc != 0:
         fails.append(f"test_models sgd exited {rc}:\n{out[-2000:]}")
     else:
-        worst, largest, problems = compare(os.path.join(tmp, "expected_sgd.safetensors"), s,
+        worst, largest, problems = compare(os.path.join(case, "expected_sgd.safetensors"), s,
                                            skip_suffix="num_batches_tracked", sens=sens["sgd"])
         parts.append(f"{SGD_STEPS} SGD steps: " + describe(worst, largest))
         if problems:
             fails.append(f"after {SGD_STEPS} SGD steps: " + "; ".join(problems[:6]) +
                          f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
                          " ".join(out.split()))
-    line = (f"{name} [torch {t_ref:.0f} s, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
+    line = (f"{name} [torch {t_ref:.0f} s{' (cached)' if cached else ''}, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
             "".join("\n    " + p for p in parts))
     return not fails, line + "".join("\n    FAILED: " + f for f in fails)
 
