@@ -1,15 +1,24 @@
 /* The in-place tail (src/compile/inplace.c), on compiled programs: an
  * update whose result could take its input's memory moves behind every
  * other step, and lz_program_may_overwrite allows a pair only when no step
- * reads the input after the element it writes. Fusion on: only fused
- * element-wise steps may write over an input. What a replay then does with
- * it (donated buffers, failed steps) is tested in test_capture_memory and
+ * reads the input after the element it writes. Only fused element-wise
+ * steps may write over an input.
+ *
+ * Then lazy training steps (core/step.c): a full step writes the new
+ * parameter and momentum over the old buffers when nothing can read them
+ * afterwards, and never when something can: a tensor still holding the old
+ * value, a partial sync, an execution in flight. Values are checked
+ * bitwise against the same run with fusion off (no fused steps, so no
+ * donation). Replays are tested in test_capture_memory, failed steps in
  * test_fault. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "compile/executable.h"
+#include "core/cache.h"
 #include "core/graph.h"
 #include "core/tensor.h"
+#include "runtime/buffer.h"
 #include "testlib.h"
 
 typedef struct compiled {
@@ -128,11 +137,184 @@ static void check_reads_after_the_write(void)
     free_all(all, 6);
 }
 
+enum { B = 8, IN = 6, OUT = 4 };
+
+typedef struct model {
+    lz_tensor *w;
+    lz_sgd *opt;
+} model;
+
+static void model_init(model *m)
+{
+    m->w = lz_test_rand(21, -0.5f, 0.5f, 2, (int64_t[]){IN, OUT});
+    lz_requires_grad(m->w, 1);
+    m->opt = lz_sgd_new(&m->w, 1, (lz_sgd_opts){.lr = 0.1f, .momentum = 0.9f});
+}
+
+static void model_free(model *m)
+{
+    lz_sgd_free(m->opt);
+    lz_free(m->w);
+}
+
+static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    model *m = ctx;
+    lz_sgd_zero_grad(m->opt);
+    out[0] = lz_cross_entropy(lz_matmul(in[0], m->w), in[1]);
+    if (!out[0] || lz_backward(out[0]) || lz_sgd_step(m->opt)) return -1;
+    return 0;
+}
+
+static const lz_buffer *buf_of(const lz_tensor *t) { return t->node->buf; }
+
+static int same_values(lz_tensor *a, lz_tensor *b)
+{
+    float *x = lz_test_read(a), *y = lz_test_read(b);
+    int same = x && y && memcmp(x, y, sizeof(float) * (size_t)lz_numel(a)) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* One lazy step of m, compiled afresh with fusion on or off (the cache
+   would hand both the same executable). */
+static void step_with_fusion(model *m, int s, int fusion)
+{
+    lz_cache_clear();
+    lz_fusion_set(fusion);
+    lz_test_lazy_step(train_step, m, s, B, IN, OUT);
+}
+
+/* Lazy steps that read their loss (so the previous step is done): from the
+   second on the new parameter lands in the old one's buffer; with fusion
+   off nothing may be overwritten. The values are the same bitwise. A new
+   buffer is allocated while the old one is alive, so comparing the
+   pointers tells whether the step wrote over the old one. */
+static void check_lazy_steps_donate(void)
+{
+    model a, b;
+    model_init(&a);
+    model_init(&b);
+    for (int s = 0; s < 2; s++) {
+        step_with_fusion(&a, s, 1);
+        step_with_fusion(&b, s, 0);
+    }
+    for (int s = 2; s < 5; s++) {
+        const lz_buffer *wa = buf_of(a.w), *wb = buf_of(b.w);
+        step_with_fusion(&a, s, 1);
+        step_with_fusion(&b, s, 0);
+        CHECK(buf_of(a.w) == wa);
+        CHECK(buf_of(b.w) != wb);
+    }
+    CHECK(same_values(a.w, b.w));
+    lz_fusion_set(1);
+    lz_cache_clear();   /* the tests below need fused executables */
+    model_free(&a);
+    model_free(&b);
+}
+
+/* A tensor that shares the parameter's old value (lz_assign made it point
+   at the same data), or a step queued behind one still running, keeps the
+   step from writing over it; the held value is the old one. */
+static void check_held_value_not_overwritten(void)
+{
+    model a, b;
+    model_init(&a);
+    model_init(&b);
+    for (int s = 0; s < 2; s++) {
+        lz_test_lazy_step(train_step, &a, s, B, IN, OUT);
+        lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
+    }
+    lz_tensor *held = lz_zeros(LZ_F32, 2, (int64_t[]){IN, OUT});
+    CHECK(lz_assign(held, a.w) == 0);
+    float *then = lz_test_read(a.w);
+    const lz_buffer *wa = buf_of(a.w);
+    lz_test_lazy_step(train_step, &a, 2, B, IN, OUT);
+    lz_test_lazy_step(train_step, &b, 2, B, IN, OUT);
+    CHECK(buf_of(a.w) != wa);
+    CHECK(buf_of(held) == wa);
+    float *now = lz_test_read(held);
+    CHECK(then && now && memcmp(then, now, sizeof(float) * IN * OUT) == 0);
+    CHECK(same_values(a.w, b.w));
+    free(then);
+    free(now);
+    lz_free(held);
+
+    /* a step marked while the previous one may still run: its parameter
+       buffer is bound by that execution, so it gets a new one */
+    lz_tensor *x, *y, *out[1] = {NULL};
+    for (int s = 3; s < 5; s++) {
+        lz_test_mlp_batch(s, B, IN, OUT, &x, &y);
+        lz_tensor *in[2] = {x, y};
+        lz_scope_begin();
+        CHECK(train_step(&a, in, out) == 0);
+        lz_scope_end();
+        lz_mark_step();
+        lz_free(x);
+        lz_free(y);
+        lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
+    }
+    CHECK(lz_wait() == 0);
+    CHECK(same_values(a.w, b.w));
+    model_free(&a);
+    model_free(&b);
+}
+
+/* A pending op reading the old parameter, recorded before the update, is
+   part of the same full step and reads the old value before the tail
+   writes the new one. A partial sync of the parameter alone writes a new
+   buffer: the loss, still pending, reads the old value when it runs
+   later. b runs the same steps plainly, for the values. */
+static void check_readers_of_the_old_value(void)
+{
+    model a, b;
+    model_init(&a);
+    model_init(&b);
+    for (int s = 0; s < 3; s++) {
+        lz_test_lazy_step(train_step, &a, s, B, IN, OUT);
+        lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
+    }
+    float *then = lz_test_read(a.w);
+    lz_tensor *one = lz_scalar(1.0f), *copy = lz_mul(a.w, one);
+    const lz_buffer *wa = buf_of(a.w);
+    lz_test_lazy_step(train_step, &a, 3, B, IN, OUT);
+    CHECK(buf_of(a.w) == wa);
+    float *got = lz_test_read(copy);
+    CHECK(then && got && memcmp(then, got, sizeof(float) * IN * OUT) == 0);
+    free(then);
+    free(got);
+    lz_free(copy);
+    lz_free(one);
+    lz_test_lazy_step(train_step, &b, 3, B, IN, OUT);
+    CHECK(same_values(a.w, b.w));
+
+    lz_tensor *x, *y, *out[1] = {NULL};
+    lz_test_mlp_batch(4, B, IN, OUT, &x, &y);
+    lz_tensor *in[2] = {x, y};
+    CHECK(train_step(&a, in, out) == 0);
+    wa = buf_of(a.w);
+    CHECK(lz_sync(&a.w, 1, 1) == 0);
+    CHECK(buf_of(a.w) != wa);
+    float want = lz_test_lazy_step(train_step, &b, 4, B, IN, OUT);
+    CHECK(lz_item(out[0]) == want);
+    CHECK(same_values(a.w, b.w));
+    lz_free(out[0]);
+    lz_free(x);
+    lz_free(y);
+    model_free(&a);
+    model_free(&b);
+}
+
 int main(void)
 {
     lz_fusion_set(1);
     check_update_sinks();
     check_fallible_reader_keeps_order();
     check_reads_after_the_write();
+    check_lazy_steps_donate();
+    check_held_value_not_overwritten();
+    check_readers_of_the_old_value();
+    lz_fusion_set(-1);
     return lz_test_done();
 }

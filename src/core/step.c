@@ -119,9 +119,48 @@ static void fail_outputs(const lz_graph *g, const int *keep)
     lz_errorf("%s", msg);
 }
 
-int lz_execute_graph(const lz_graph *g, lz_executable *exe)
+/* Per output of a full step (every pending tensor a root): the buffer of
+   the value it replaces, when the new value may be written over it
+   (DESIGN.md semantic 7: donated, as a captured replay does): the program
+   allows the pair (lz_program_may_overwrite), one leaf node holds the
+   buffer and no execution in flight does (lz_buffer_unshared), and every
+   reference to that leaf is an operand of a node of g. With every pending
+   tensor a root, those nodes are gone once the outputs are materialised,
+   so nothing can read the old value after the step. NULL when none. */
+static lz_buffer **donations(const lz_graph *g, const lz_executable *exe, const int *keep)
+{
+    if (!keep || !exe) return NULL;
+    int *operand_refs = calloc((size_t)g->n_nodes + 1, sizeof *operand_refs);
+    lz_buffer **donated = calloc((size_t)g->n_outputs + 1, sizeof *donated);
+    char *taken = calloc((size_t)g->n_inputs + 1, 1);   /* one output per buffer */
+    int any = 0;
+    if (operand_refs && donated && taken) {
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->slot_of[i] < 0)
+                for (int k = 0; k < g->nodes[i]->n_src; k++) operand_refs[g->nodes[i]->src[k]->cut_index]++;
+        for (int o = 0; o < g->n_outputs; o++) {
+            if (keep[o] < 0 || taken[keep[o]]) continue;
+            const lz_node *leaf = g->inputs[keep[o]], *out = g->outputs[o];
+            size_t nbytes = (size_t)lz_node_numel(out) * lz_dtype_size((lz_dtype)out->dtype);
+            if (leaf->refs == operand_refs[leaf->cut_index] &&
+                lz_buffer_unshared(leaf->buf, nbytes) &&
+                lz_program_may_overwrite(&exe->prog, o, keep[o])) {
+                donated[o] = leaf->buf;
+                taken[keep[o]] = 1;
+                any = 1;
+            }
+        }
+    }
+    free(operand_refs);
+    free(taken);
+    if (!any) { free(donated); donated = NULL; }
+    return donated;
+}
+
+static int execute_graph(const lz_graph *g, lz_executable *exe, int full_step)
 {
     int *keep = keep_slots(g);
+    lz_buffer **donated = full_step ? donations(g, exe, keep) : NULL;
     if (!exe) {
         fail_outputs(g, keep);
         free(keep);
@@ -136,10 +175,18 @@ int lz_execute_graph(const lz_graph *g, lz_executable *exe)
     for (; made < g->n_outputs; made++) {
         const lz_node *o = g->outputs[made];
         size_t nbytes = (size_t)lz_node_numel(o) * lz_dtype_size((lz_dtype)o->dtype);
+        if (donated && donated[made]) {
+            out[made] = donated[made];
+            lz_buffer_ref(out[made]);
+            continue;
+        }
         out[made] = lz_buffer_placeholder(nbytes);
         if (!out[made]) { rc = -1; break; }
     }
     if (rc == 0) {
+        /* donated buffers change only once nothing can fail */
+        for (int o = 0; donated && o < g->n_outputs; o++)
+            if (donated[o]) lz_buffer_refill(donated[o]);
         lz_executor_enqueue(exe, in, out, keep);
         lz_counters.executions++;
         lz_counters.flops += exe->prog.flops;
@@ -150,12 +197,18 @@ int lz_execute_graph(const lz_graph *g, lz_executable *exe)
     for (int o = 0; o < made; o++) lz_buffer_unref(out[o]);
     if (rc) fail_outputs(g, keep);
     free(keep);
+    free(donated);
     if (in != in_small) free(in);
     if (out != out_small) free(out);
     return rc;
 }
 
-int lz_run_roots(lz_node *const *roots, int n)
+int lz_execute_graph(const lz_graph *g, lz_executable *exe)
+{
+    return execute_graph(g, exe, 0);
+}
+
+static int run_roots(lz_node *const *roots, int n, int full_step)
 {
     double t0 = lz_now_ms();
     lz_graph g;
@@ -163,11 +216,13 @@ int lz_run_roots(lz_node *const *roots, int n)
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     lz_executable *exe = lz_find_or_compile(&g);
-    int rc = lz_execute_graph(&g, exe);
+    int rc = execute_graph(&g, exe, full_step);
     lz_executable_unref(exe);
     lz_graph_release(&g);
     return rc;
 }
+
+int lz_run_roots(lz_node *const *roots, int n) { return run_roots(roots, n, 0); }
 
 int lz_step_all(void)
 {
@@ -181,7 +236,7 @@ int lz_step_all(void)
     int k = 0;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) roots[k++] = t->node;
     /* The roots stay referenced by their tensors while the graph is cut. */
-    int rc = lz_run_roots(roots, k);
+    int rc = run_roots(roots, k, 1);
     free(roots);
     return rc;
 }
