@@ -41,5 +41,7 @@ for bin in "$build/lazyc" "$build/test_models"; do
 done
 models=()
 [ $# -ge 2 ] && models=(--models "$2")
+# LZ_PARITY_SKIP=a,b leaves models out (the sanitizer run: see Makefile)
+[ -n "${LZ_PARITY_SKIP:-}" ] && models+=(--skip "$LZ_PARITY_SKIP")
 exec "$py" "$here/reference/model_parity.py" run --lazyc "$build/lazyc" \
     --test-models "$build/test_models" "${models[@]}"
