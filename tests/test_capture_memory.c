@@ -179,15 +179,18 @@ static void test_reused_grad_keeps_readers(void)
     lz_free(pending);
     lz_free(one);
 
-    /* queued calls: a gradient an execution in flight still writes is
-       not handed to the next one; the values match a waited loop */
+    /* queued calls: a gradient or parameter an execution in flight still
+       writes is handed to the next one (it runs after); the values match
+       a waited loop, and the parameter keeps its buffer */
     mlp r;
     mlp_init(&r);
     lz_fn *fr = lz_capture(train_step, &r, 2, 1);
     for (int s = 0; s < 5; s++) call(fr, s, 1);   /* m made steps 0-4 */
+    const lz_buffer *w2 = m.w2->node->buf;
     for (int s = 4; s < 10; s++) call(f, s, 0);
     for (int s = 4; s < 10; s++) call(fr, s, 1);
     CHECK_EQ_I(lz_wait(), 0);
+    CHECK(m.w2->node->buf == w2);
     float *ga = lz_test_read(lz_grad(m.w2)), *gb = lz_test_read(lz_grad(r.w2));
     float *pa = lz_test_read(m.w2), *pb = lz_test_read(r.w2);
     CHECK(ga && gb && pa && pb);

@@ -6,8 +6,8 @@
  *
  * Then lazy training steps (core/step.c): a full step writes the new
  * parameter and momentum over the old buffers when nothing can read them
- * afterwards, and never when something can: a tensor still holding the old
- * value, a partial sync, an execution in flight. Values are checked
+ * afterwards (executions in flight run first), and never when something
+ * can: a tensor still holding the old value, a partial sync. Values are checked
  * bitwise against the same run with fusion off (no fused steps, so no
  * donation). Replays are tested in test_capture_memory, failed steps in
  * test_fault. */
@@ -215,8 +215,8 @@ static void check_lazy_steps_donate(void)
 }
 
 /* A tensor that shares the parameter's old value (lz_assign made it point
-   at the same data), or a step queued behind one still running, keeps the
-   step from writing over it; the held value is the old one. */
+   at the same data) keeps the step from writing over it: the held value is
+   the old one. Steps queued behind one still running do write over it. */
 static void check_held_value_not_overwritten(void)
 {
     model a, b;
@@ -241,9 +241,11 @@ static void check_held_value_not_overwritten(void)
     free(now);
     lz_free(held);
 
-    /* a step marked while the previous one may still run: its parameter
-       buffer is bound by that execution, so it gets a new one */
+    /* steps marked while the previous one may still run: the executions
+       in flight that bind the parameter's buffer run first (FIFO), so each
+       step still writes over it */
     lz_tensor *x, *y, *out[1] = {NULL};
+    wa = buf_of(a.w);
     for (int s = 3; s < 5; s++) {
         lz_test_mlp_batch(s, B, IN, OUT, &x, &y);
         lz_tensor *in[2] = {x, y};
@@ -256,6 +258,7 @@ static void check_held_value_not_overwritten(void)
         lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
     }
     CHECK(lz_wait() == 0);
+    CHECK(buf_of(a.w) == wa);
     CHECK(same_values(a.w, b.w));
     model_free(&a);
     model_free(&b);

@@ -488,7 +488,7 @@ static lz_buffer *reusable_state_buffer(const lz_fn *f, const trace *tr, lz_tens
     int o = tr->state_slot[i];
     const lz_node *n = tr->state[i]->node;
     if (o < 0 || (tr->bound[i] && !tr->donates[i]) || n->refs != 1 || !n->buf ||
-        !lz_buffer_unshared(n->buf, tr->outputs[o].nbytes))
+        !lz_executor_overwritable(n->buf, tr->outputs[o].nbytes))
         return NULL;
     for (int k = 0; k < f->n_in; k++)
         if (in[k]->node->buf == n->buf) return NULL;

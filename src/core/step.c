@@ -143,7 +143,7 @@ static lz_buffer **donations(const lz_graph *g, const lz_executable *exe, const 
             const lz_node *leaf = g->inputs[keep[o]], *out = g->outputs[o];
             size_t nbytes = (size_t)lz_node_numel(out) * lz_dtype_size((lz_dtype)out->dtype);
             if (leaf->refs == operand_refs[leaf->cut_index] &&
-                lz_buffer_unshared(leaf->buf, nbytes) &&
+                lz_executor_overwritable(leaf->buf, nbytes) &&
                 lz_program_may_overwrite(&exe->prog, o, keep[o])) {
                 donated[o] = leaf->buf;
                 taken[keep[o]] = 1;

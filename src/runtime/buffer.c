@@ -13,9 +13,9 @@ static lz_buffer *buffer_header(size_t nbytes, int ready)
     if (!b) return lz_errorf("out of memory allocating a buffer header");
     b->id = atomic_fetch_add(&next_id, 1) + 1;
     b->nbytes = nbytes;
-    b->ready = ready;
     b->host_seen = ready;
     atomic_init(&b->refs, 1);
+    atomic_init(&b->job_refs, 0);
     return b;
 }
 
@@ -47,17 +47,11 @@ lz_buffer *lz_buffer_failed(size_t nbytes, const char *msg)
 lz_buffer *lz_buffer_new(size_t nbytes) { return buffer_alloc(nbytes, 1); }
 lz_buffer *lz_buffer_placeholder(size_t nbytes) { return buffer_alloc(nbytes, 0); }
 
-int lz_buffer_unshared(const lz_buffer *b, size_t nbytes)
-{
-    return atomic_load(&b->refs) == 1 && b->data && !b->error && b->nbytes == nbytes;
-}
-
 void lz_buffer_refill(lz_buffer *b)
 {
     /* A new identity: the old value is gone, and prev_buf_id / cut scratch
        must not take the new one for it. */
     b->id = atomic_fetch_add(&next_id, 1) + 1;
-    b->ready = 0;
     b->host_seen = 0;
     b->cut_epoch = 0;
     b->cut_slot = 0;

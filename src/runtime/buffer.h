@@ -11,13 +11,15 @@
 
 typedef struct lz_buffer {
     atomic_int refs;
+    atomic_int job_refs;     /* of refs, those held by executions in flight */
     uint64_t id;             /* unique for the process: names a buffer without a reference */
     void  *data;             /* 64-byte aligned; NULL in a failed buffer */
     size_t nbytes;
-    /* written by the executor under the queue lock */
-    int    ready;
+    /* under the queue lock: executions enqueued to write it and not
+       finished (0: ready), and the failure that kept it from being filled */
+    int    writes_pending;
+    char  *error;
     int    host_seen;        /* the host has waited for it once (host_waits) */
-    char  *error;            /* the failure that kept this buffer from being filled */
     /* graph-cut scratch of the recording thread: input slot in the cut of
        that epoch */
     uint32_t cut_epoch;
@@ -26,18 +28,15 @@ typedef struct lz_buffer {
 
 /* A ready buffer of nbytes (contents undefined). NULL + error on failure. */
 lz_buffer *lz_buffer_new(size_t nbytes);
-/* A placeholder that an enqueued execution will fill. */
+/* A buffer for an execution about to be enqueued to fill (until then
+   nothing waits for it). */
 lz_buffer *lz_buffer_placeholder(size_t nbytes);
 /* A buffer that will never be filled: ready, holding no memory, reporting
    msg when read. For the results of a step that failed before it ran.
    NULL on failure (out of host memory). */
 lz_buffer *lz_buffer_failed(size_t nbytes, const char *msg);
-/* Whether the caller's reference is the only one to b (no execution in
-   flight binds it, nothing else can read it) and b holds nbytes of valid
-   memory: then its value may be overwritten by a new execution. */
-int        lz_buffer_unshared(const lz_buffer *b, size_t nbytes);
-/* Turns an unshared buffer into a placeholder for an execution about to be
-   enqueued: a new id, not ready, not yet waited for. */
+/* Gives a buffer that an execution about to be enqueued will write over
+   (lz_executor_overwritable) a new identity: a new id, not yet waited for. */
 void       lz_buffer_refill(lz_buffer *b);
 void       lz_buffer_ref(lz_buffer *b);
 void       lz_buffer_unref(lz_buffer *b);

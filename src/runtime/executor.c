@@ -39,6 +39,20 @@ static char *first_input_error(const job *j)
 
 static max_align_t no_arena;
 
+/* An execution's reference: job_refs first, so that a reader taking refs
+   and then job_refs never counts fewer host references than there are. */
+static void job_unref(lz_buffer *b)
+{
+    atomic_fetch_sub(&b->job_refs, 1);
+    lz_buffer_unref(b);
+}
+
+static void job_ref(lz_buffer *b)
+{
+    lz_buffer_ref(b);
+    atomic_fetch_add(&b->job_refs, 1);
+}
+
 static void run_job(job *j)
 {
     const lz_program *p = &j->exe->prog;
@@ -86,14 +100,18 @@ static void run_job(job *j)
        returns, memory the host no longer holds is free (the next step can
        reuse it, and the peak and bytes-held metrics do not depend on how
        soon this thread got to run). */
-    for (int i = 0; i < p->n_inputs; i++) lz_buffer_unref(j->in[i]);
+    for (int i = 0; i < p->n_inputs; i++) job_unref(j->in[i]);
     int n_outputs = p->n_outputs;
     lz_executable_unref(j->exe);   /* p is gone with it */
     pthread_mutex_lock(&mu);
     for (int o = 0; o < n_outputs; o++) {
-        if (err && !(kept && kept[o])) j->out[o]->error = strdup(err);
-        j->out[o]->ready = 1;
-        lz_buffer_unref(j->out[o]);
+        lz_buffer *b = j->out[o];
+        if (err && !(kept && kept[o])) {
+            free(b->error);   /* an input's failure this run inherited */
+            b->error = strdup(err);
+        }
+        b->writes_pending--;
+        job_unref(b);
     }
     free(kept);
     if (err && !unreported_error) unreported_error = strdup(err);
@@ -146,8 +164,8 @@ void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *co
     j->in = malloc(sizeof *j->in * (size_t)(p->n_inputs + 1));
     j->out = malloc(sizeof *j->out * (size_t)(p->n_outputs + 1));
     assert(j->in && j->out);
-    for (int i = 0; i < p->n_inputs; i++) { j->in[i] = in[i]; lz_buffer_ref(in[i]); }
-    for (int o = 0; o < p->n_outputs; o++) { j->out[o] = out[o]; lz_buffer_ref(out[o]); }
+    for (int i = 0; i < p->n_inputs; i++) { j->in[i] = in[i]; job_ref(in[i]); }
+    for (int o = 0; o < p->n_outputs; o++) { j->out[o] = out[o]; job_ref(out[o]); }
     if (keep) {
         j->keep = malloc(sizeof *j->keep * (size_t)(p->n_outputs + 1));
         assert(j->keep);
@@ -157,6 +175,7 @@ void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *co
     j->exe = exe;
     enqueued_since_wait = 1;
     pthread_mutex_lock(&mu);
+    for (int o = 0; o < p->n_outputs; o++) out[o]->writes_pending++;
     in_flight++;
     if (tail) tail->next = j; else head = j;
     tail = j;
@@ -174,11 +193,20 @@ int lz_executor_wait_buffer(lz_buffer *b)
     }
     double t0 = lz_now_ms();
     pthread_mutex_lock(&mu);
-    while (!b->ready) pthread_cond_wait(&done_cv, &mu);
+    while (b->writes_pending) pthread_cond_wait(&done_cv, &mu);
     pthread_mutex_unlock(&mu);
     lz_counters.wait_ms += lz_now_ms() - t0;
     if (b->error) return lz_errorf_int("%s", b->error);
     return 0;
+}
+
+int lz_executor_overwritable(lz_buffer *b, size_t nbytes)
+{
+    pthread_mutex_lock(&mu);
+    int host_refs = atomic_load(&b->refs) - atomic_load(&b->job_refs);
+    int ok = host_refs == 1 && b->data && !b->error && b->nbytes == nbytes;
+    pthread_mutex_unlock(&mu);
+    return ok;
 }
 
 int lz_executor_wait_all(void)

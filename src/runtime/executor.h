@@ -21,6 +21,12 @@ void lz_executor_note_error(const char *msg);
 /* Blocks until b is filled. 0, or -1 with the execution's error. Counts a
    host wait the first time the host waits for a placeholder. */
 int  lz_executor_wait_buffer(lz_buffer *b);
+/* Whether an execution about to be enqueued may write over b's value: the
+   caller's reference is the only one besides those of executions in flight
+   (they run first, FIFO, and nothing else can read the value after them),
+   b holds nbytes, and no failure is recorded on it yet. A failure of an
+   execution in flight still reaches the new one: it inherits it. */
+int  lz_executor_overwritable(lz_buffer *b, size_t nbytes);
 /* Blocks until every enqueued execution is done; returns -1 with the first
    error raised since the last call (errors are never lost). */
 int  lz_executor_wait_all(void);
