@@ -177,6 +177,17 @@ static int same_values(lz_tensor *a, lz_tensor *b)
     return same;
 }
 
+/* Two equal models after the same first steps, run lazily. */
+static void twins_after(model *a, model *b, int steps)
+{
+    model_init(a);
+    model_init(b);
+    for (int s = 0; s < steps; s++) {
+        lz_test_lazy_step(train_step, a, s, B, IN, OUT);
+        lz_test_lazy_step(train_step, b, s, B, IN, OUT);
+    }
+}
+
 /* One lazy step of m, compiled afresh with fusion on or off (the cache
    would hand both the same executable). */
 static void step_with_fusion(model *m, int s, int fusion)
@@ -220,12 +231,7 @@ static void check_lazy_steps_donate(void)
 static void check_held_value_not_overwritten(void)
 {
     model a, b;
-    model_init(&a);
-    model_init(&b);
-    for (int s = 0; s < 2; s++) {
-        lz_test_lazy_step(train_step, &a, s, B, IN, OUT);
-        lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
-    }
+    twins_after(&a, &b, 2);
     lz_tensor *held = lz_zeros(LZ_F32, 2, (int64_t[]){IN, OUT});
     CHECK(lz_assign(held, a.w) == 0);
     float *then = lz_test_read(a.w);
@@ -272,12 +278,7 @@ static void check_held_value_not_overwritten(void)
 static void check_readers_of_the_old_value(void)
 {
     model a, b;
-    model_init(&a);
-    model_init(&b);
-    for (int s = 0; s < 3; s++) {
-        lz_test_lazy_step(train_step, &a, s, B, IN, OUT);
-        lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
-    }
+    twins_after(&a, &b, 3);
     float *then = lz_test_read(a.w);
     lz_tensor *one = lz_scalar(1.0f), *copy = lz_mul(a.w, one);
     const lz_buffer *wa = buf_of(a.w);
