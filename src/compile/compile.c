@@ -156,5 +156,7 @@ void lz_program_free(lz_program *p)
     free(p->values);
     free(p->written_by);
     free(p->last_read_by);
+    free(p->output_value);
+    free(p->input_value);
     memset(p, 0, sizeof *p);
 }

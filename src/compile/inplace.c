@@ -106,9 +106,16 @@ static void record_uses(lz_program *p)
 {
     p->written_by = malloc(sizeof *p->written_by * (size_t)(p->n_outputs + 1));
     p->last_read_by = malloc(sizeof *p->last_read_by * (size_t)(p->n_inputs + 1));
-    assert(p->written_by && p->last_read_by);
-    for (int o = 0; o < p->n_outputs; o++) p->written_by[o] = -1;
-    for (int k = 0; k < p->n_inputs; k++) p->last_read_by[k] = -1;
+    p->output_value = malloc(sizeof *p->output_value * (size_t)(p->n_outputs + 1));
+    p->input_value = malloc(sizeof *p->input_value * (size_t)(p->n_inputs + 1));
+    assert(p->written_by && p->last_read_by && p->output_value && p->input_value);
+    for (int o = 0; o < p->n_outputs; o++) p->written_by[o] = p->output_value[o] = -1;
+    for (int k = 0; k < p->n_inputs; k++) p->last_read_by[k] = p->input_value[k] = -1;
+    for (int v = 0; v < p->n_values; v++) {
+        const lz_value *val = &p->values[v];
+        if (val->kind == LZ_VALUE_OUTPUT) p->output_value[val->slot] = v;
+        if (val->kind == LZ_VALUE_INPUT) p->input_value[val->slot] = v;
+    }
     for (int i = 0; i < p->n_steps; i++) {
         const lz_step *s = &p->steps[i];
         for (int k = -1; k < (s->fused ? s->fused->n_extra : 0); k++) {
@@ -142,11 +149,7 @@ int lz_program_may_overwrite(const lz_program *p, int out_slot, int in_slot)
     if (!p->written_by || out_slot < 0 || out_slot >= p->n_outputs || in_slot < 0 ||
         in_slot >= p->n_inputs)
         return 0;
-    int out = -1, in = -1;
-    for (int v = 0; v < p->n_values; v++) {
-        if (p->values[v].kind == LZ_VALUE_OUTPUT && p->values[v].slot == out_slot) out = v;
-        if (p->values[v].kind == LZ_VALUE_INPUT && p->values[v].slot == in_slot) in = v;
-    }
+    int out = p->output_value[out_slot], in = p->input_value[in_slot];
     if (out < 0 || in < 0 || p->values[out].nbytes != p->values[in].nbytes ||
         p->values[out].dtype != p->values[in].dtype)
         return 0;
