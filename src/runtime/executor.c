@@ -84,7 +84,8 @@ static void run_job(job *j)
     }
     /* A failed run leaves the state it would have updated at its previous
        value, so the next step starts from it; its other results report the
-       error. Inputs are ready and never written again: no lock needed. */
+       error. Only this thread writes a buffer's error: no lock needed to
+       read an input's. */
     char *kept = NULL;
     if (err && j->keep) {
         kept = calloc((size_t)p->n_outputs + 1, 1);
