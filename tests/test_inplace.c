@@ -310,6 +310,51 @@ static void check_readers_of_the_old_value(void)
     model_free(&b);
 }
 
+/* AdamW: the step count and bias corrections are computed in the graph
+   from scalar state, and the parameter and both moments are updated; the
+   parameter still keeps its buffer, with the values of a run that cannot
+   donate (fusion off). */
+typedef struct adam_model {
+    lz_tensor *w;
+    lz_adamw *opt;
+} adam_model;
+
+static int adam_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    adam_model *m = ctx;
+    lz_adamw_zero_grad(m->opt);
+    out[0] = lz_cross_entropy(lz_matmul(in[0], m->w), in[1]);
+    if (!out[0] || lz_backward(out[0]) || lz_adamw_step(m->opt)) return -1;
+    return 0;
+}
+
+static void check_adamw_donates(void)
+{
+    adam_model m[2];
+    for (int i = 0; i < 2; i++) {
+        m[i].w = lz_test_rand(31, -0.5f, 0.5f, 2, (int64_t[]){IN, OUT});
+        lz_requires_grad(m[i].w, 1);
+        m[i].opt = lz_adamw_new(&m[i].w, 1, (lz_adamw_opts){.lr = 0.01f, .beta1 = 0.9f,
+                                .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .decoupled = 1});
+    }
+    const lz_buffer *w0 = NULL;
+    for (int s = 0; s < 5; s++)
+        for (int i = 0; i < 2; i++) {
+            lz_cache_clear();
+            lz_fusion_set(i == 0);
+            if (i == 0 && s == 2) w0 = buf_of(m[0].w);
+            lz_test_lazy_step(adam_step, &m[i], s, B, IN, OUT);
+        }
+    CHECK(buf_of(m[0].w) == w0);
+    CHECK(same_values(m[0].w, m[1].w));
+    lz_fusion_set(1);
+    lz_cache_clear();
+    for (int i = 0; i < 2; i++) {
+        lz_adamw_free(m[i].opt);
+        lz_free(m[i].w);
+    }
+}
+
 int main(void)
 {
     lz_fusion_set(1);
@@ -319,6 +364,7 @@ int main(void)
     check_lazy_steps_donate();
     check_held_value_not_overwritten();
     check_readers_of_the_old_value();
+    check_adamw_donates();
     lz_fusion_set(-1);
     return lz_test_done();
 }
