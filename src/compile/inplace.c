@@ -1,9 +1,10 @@
-/* In-place updates (DESIGN.md, semantic 7). A captured step donates the
- * buffers of the parameters and optimizer state it updates: the new value
- * is written over the old one, so a replay holds one copy of the model's
- * state, not two. Which output may take which input's memory is decided
- * here, once per executable; the replay proposes the pairs (the state it
- * updates) and lz_program_may_overwrite answers.
+/* In-place updates (DESIGN.md, semantic 7). A captured replay, or a lazy
+ * full step, donates the buffers of the parameters and optimizer state it
+ * updates: the new value is written over the old one, so a step holds one
+ * copy of the model's state, not two. Which output may take which input's
+ * memory is decided here, once per executable; the caller proposes the
+ * pairs (the state it updates: core/capture.c, core/step.c) and
+ * lz_program_may_overwrite answers.
  *
  * An output may overwrite an input when the step writing it runs after
  * every read of the input, or is the input's last reader and reads it
