@@ -480,7 +480,8 @@ static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *con
    there: the executable does not read the old value (a gradient remade
    every step), or reads it only before it writes the new one (a parameter
    or a momentum buffer: donated, DESIGN.md semantic 7), and nothing else
-   can read it (no other node, tensor or execution in flight holds it).
+   can read it after (no other node or tensor holds it; executions in
+   flight run first: lz_executor_overwritable).
    Reusing it keeps a replay from holding the state's old and new values at
    once, and skips an allocation. */
 static lz_buffer *reusable_state_buffer(const lz_fn *f, const trace *tr, lz_tensor *const *in, int i)

@@ -123,8 +123,9 @@ static void fail_outputs(const lz_graph *g, const int *keep)
    the value it replaces, when the new value may be written over it
    (DESIGN.md semantic 7: donated, as a captured replay does): the program
    allows the pair (lz_program_may_overwrite), one leaf node holds the
-   buffer and no execution in flight does (lz_buffer_unshared), and every
-   reference to that leaf is an operand of a node of g. With every pending
+   buffer besides executions in flight, which run first
+   (lz_executor_overwritable), and every reference to that leaf is an
+   operand of a node of g. With every pending
    tensor a root, those nodes are gone once the outputs are materialised,
    so nothing can read the old value after the step. NULL when none. */
 static lz_buffer **donations(const lz_graph *g, const lz_executable *exe, const int *keep)
