@@ -339,6 +339,8 @@ typedef struct lz_metrics {
     double  trace_ms, compile_ms, execute_ms, wait_ms;
     double  flops;           /* conv and matmul work of the executions enqueued */
     int64_t kernels;         /* kernel launches (program steps) of the executions enqueued */
+    int64_t in_place_writes; /* results written over the buffer of the value they replace
+                                (a parameter, optimizer state, a remade gradient) */
 } lz_metrics;
 lz_metrics lz_metrics_get(void);
 void       lz_metrics_reset(void);

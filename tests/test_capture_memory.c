@@ -91,6 +91,9 @@ static void test_replay_bytes_flat(void)
     lz_metrics mt = lz_metrics_get();
     CHECK_EQ_I(mt.capture_replays, 40);
     CHECK_EQ_I(mt.compiles, 0);
+    /* every replay, waited or queued, writes its 4 parameters, 4 momentum
+       buffers and 4 gradients over the old ones */
+    CHECK_EQ_I(mt.in_place_writes, 40 * 12);
     /* waited: the remade gradient lands in its old buffer, and the new
        parameter in the old parameter's (DESIGN.md semantic 7) */
     const lz_buffer *before = lz_grad(m.w1)->node->buf, *w_before = m.w1->node->buf;

@@ -190,11 +190,13 @@ static void twins_after(model *a, model *b, int steps)
 
 /* One lazy step of m, compiled afresh with fusion on or off (the cache
    would hand both the same executable). */
-static void step_with_fusion(model *m, int s, int fusion)
+static int64_t step_with_fusion(model *m, int s, int fusion)
 {
     lz_cache_clear();
     lz_fusion_set(fusion);
+    lz_metrics_reset();
     lz_test_lazy_step(train_step, m, s, B, IN, OUT);
+    return lz_metrics_get().in_place_writes;
 }
 
 /* Lazy steps that read their loss (so the previous step is done): from the
@@ -213,8 +215,8 @@ static void check_lazy_steps_donate(void)
     }
     for (int s = 2; s < 5; s++) {
         const lz_buffer *wa = buf_of(a.w), *wb = buf_of(b.w);
-        step_with_fusion(&a, s, 1);
-        step_with_fusion(&b, s, 0);
+        CHECK_EQ_I(step_with_fusion(&a, s, 1), 2);   /* the parameter and its momentum */
+        CHECK_EQ_I(step_with_fusion(&b, s, 0), 0);
         CHECK(buf_of(a.w) == wa);
         CHECK(buf_of(b.w) != wb);
     }
@@ -236,7 +238,9 @@ static void check_held_value_not_overwritten(void)
     CHECK(lz_assign(held, a.w) == 0);
     float *then = lz_test_read(a.w);
     const lz_buffer *wa = buf_of(a.w);
+    lz_metrics_reset();
     lz_test_lazy_step(train_step, &a, 2, B, IN, OUT);
+    CHECK_EQ_I(lz_metrics_get().in_place_writes, 1);   /* the momentum only */
     lz_test_lazy_step(train_step, &b, 2, B, IN, OUT);
     CHECK(buf_of(a.w) != wa);
     CHECK(buf_of(held) == wa);
@@ -258,7 +262,9 @@ static void check_held_value_not_overwritten(void)
         lz_scope_begin();
         CHECK(train_step(&a, in, out) == 0);
         lz_scope_end();
+        lz_metrics_reset();
         lz_mark_step();
+        CHECK_EQ_I(lz_metrics_get().in_place_writes, 2);
         lz_free(x);
         lz_free(y);
         lz_test_lazy_step(train_step, &b, s, B, IN, OUT);
@@ -298,7 +304,9 @@ static void check_readers_of_the_old_value(void)
     lz_tensor *in[2] = {x, y};
     CHECK(train_step(&a, in, out) == 0);
     wa = buf_of(a.w);
+    lz_metrics_reset();
     CHECK(lz_sync(&a.w, 1, 1) == 0);
+    CHECK_EQ_I(lz_metrics_get().in_place_writes, 0);
     CHECK(buf_of(a.w) != wa);
     float want = lz_test_lazy_step(train_step, &b, 4, B, IN, OUT);
     CHECK(lz_item(out[0]) == want);

@@ -247,7 +247,8 @@ static void test_report_names_counters(void)
     const char *names[] = {"mark_steps", "graphs", "executions", "compiles", "cache_hits",
                            "ir_nodes", "transfers_to_device", "transfers_from_device",
                            "host_waits", "capture_replays", "capture_fallbacks", "peak_bytes",
-                           "trace_ms", "compile_ms", "execute_ms", "wait_ms"};
+                           "trace_ms", "compile_ms", "execute_ms", "wait_ms", "kernels",
+                           "in_place_writes"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) CHECK(r && strstr(r, names[i]));
     free(r);
 }

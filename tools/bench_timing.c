@@ -39,7 +39,7 @@ typedef struct inst {
     double *ms;
     long n_ms;
     int64_t executions, compiles;
-    double flops, kernels;
+    double flops, kernels, in_place;
     double trace_ms, execute_ms;   /* lz_metrics' host tracing and device kernel time */
     float loss;
 } inst;
@@ -224,6 +224,7 @@ static void timed_step(inst *b, const char *name, bench_row *row, long rep, long
     b->compiles += m.compiles;
     b->flops += m.flops;
     b->kernels += (double)m.kernels;
+    b->in_place += (double)m.in_place_writes;
     b->trace_ms += m.trace_ms;
     b->execute_ms += m.execute_ms;
     if (m.peak_bytes - before > b->step_growth)
@@ -259,11 +260,12 @@ static void print_summary(const char *name, const inst *b, const bench_mode_resu
        over lazy is host time (tracing), the kernels being the same */
     fprintf(stderr, "  %s %-8s median %.2f ms, %.4g executions/step, %lld compiles; "
                     "mean trace %.2f ms, execute %.2f ms a step; "
-                    "holds %.1f MiB, a step adds up to %.1f MiB\n",
+                    "holds %.1f MiB, a step adds up to %.1f MiB and writes %.0f results "
+                    "in place\n",
             name, bench_mode_names[b->mode], r->ms, r->executions_per_step,
             (long long)r->compiles, b->trace_ms / (double)b->n_ms,
             b->execute_ms / (double)b->n_ms, b->held_bytes / 1048576.0,
-            b->step_growth / 1048576.0);
+            b->step_growth / 1048576.0, b->in_place / (double)b->n_ms);
 }
 
 /* The captured steps' kernel time by op, the slowest first; the share is

@@ -530,6 +530,7 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
             if (reuse[o]) {
                 lz_buffer_ref(outb[o]);
                 lz_buffer_refill(outb[o]);
+                lz_counters.in_place_writes++;
             }
         lz_executor_enqueue(tr->exe, inb, outb, tr->keep);
         lz_counters.executions++;

@@ -75,13 +75,14 @@ char *lz_metrics_report(void)
              "  execute_ms            %.3f\n"
              "  wait_ms               %.3f\n"
              "  flops                 %.4g\n"
-             "  kernels               %lld\n",
+             "  kernels               %lld\n"
+             "  in_place_writes       %lld\n",
              (long long)m.mark_steps, (long long)m.graphs, (long long)m.executions,
              (long long)m.compiles, (long long)m.cache_hits, (long long)m.ir_nodes,
              (long long)m.transfers_to_device, (long long)m.transfers_from_device,
              (long long)m.host_waits, (long long)m.capture_replays,
              (long long)m.capture_fallbacks, (long long)m.peak_bytes,
              m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms, m.flops,
-             (long long)m.kernels);
+             (long long)m.kernels, (long long)m.in_place_writes);
     return s;
 }

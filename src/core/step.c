@@ -187,7 +187,10 @@ static int execute_graph(const lz_graph *g, lz_executable *exe, int full_step)
     if (rc == 0) {
         /* donated buffers change only once nothing can fail */
         for (int o = 0; donated && o < g->n_outputs; o++)
-            if (donated[o]) lz_buffer_refill(donated[o]);
+            if (donated[o]) {
+                lz_buffer_refill(donated[o]);
+                lz_counters.in_place_writes++;
+            }
         lz_executor_enqueue(exe, in, out, keep);
         lz_counters.executions++;
         lz_counters.flops += exe->prog.flops;
