@@ -148,3 +148,16 @@ double lz_test_gradcheck(lz_test_fn f, void *ctx, int n_in, lz_tensor *const *in
     lz_free(w); lz_free(loss); lz_free(y);
     return worst;
 }
+
+void lz_test_reblock(const float *from, float *to, const int64_t *shape, int b, int to_blocked)
+{
+    const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < S; i++) {
+                const int64_t plain = (n * C + c) * S + i;
+                const int64_t blocked = ((n * (C / b) + c / b) * S + i) * b + c % b;
+                if (to_blocked) to[blocked] = from[plain];
+                else to[plain] = from[blocked];
+            }
+}

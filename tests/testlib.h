@@ -39,6 +39,10 @@ void lz_test_mlp_batch(int step, int64_t b, int64_t in, int64_t classes, lz_tens
    also counted as a failed check). */
 float lz_test_lazy_step(lz_step_fn fn, void *ctx, int step, int64_t b, int64_t in,
                         int64_t classes);
+/* Reorders a 4-d [N, C, H, W] f32 array between plain and channel-blocked
+   [N, C/b, H, W, b] (lz_value.block): plain -> blocked when to_blocked,
+   else back. C must be a multiple of b. */
+void lz_test_reblock(const float *from, float *to, const int64_t *shape, int b, int to_blocked);
 
 #endif
 
