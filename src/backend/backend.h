@@ -23,6 +23,12 @@ typedef struct lz_backend {
        or a message naming the failing op. */
     const char *(*run)(lz_backend_exec *e, void *const *ptrs);
     void  (*release)(lz_backend_exec *e);
+    /* Blocked layouts (compile/layout.c), both optional: the channel block
+       of the backend's kernels (0: plain layouts only), and how step s's
+       kernel takes each value under block b (LZ_TAKES_*): how[k] for
+       s->in[k], how[s->n_in] for its output(s). */
+    int   (*layout_block)(void);
+    void  (*operand_layouts)(const lz_program *p, const lz_step *s, int b, uint8_t *how);
     /* Returns memory the backend keeps for reuse to the system (lz_shutdown). */
     void  (*trim)(void);
 } lz_backend;

@@ -99,9 +99,10 @@ lz_executable *lz_compile(const lz_graph *g)
     lz_fuse_bn_activation(&e->prog);
     lz_fuse(&e->prog);
     lz_plan_views(&e->prog);
+    e->backend = lz_backend_current();
+    lz_plan_layouts(&e->prog, e->backend);
     lz_plan_inplace(&e->prog);
     lz_plan_memory(&e->prog);
-    e->backend = lz_backend_current();
     e->bexec = e->backend->prepare(&e->prog);
     if (!e->bexec) {
         lz_executable_unref(e);

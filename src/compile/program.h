@@ -119,6 +119,22 @@ void lz_plan_inplace(lz_program *p);
    two are the same size and type, and no step reads the input after the
    output's step writes the element it reads. */
 int  lz_program_may_overwrite(const lz_program *p, int out_slot, int in_slot);
+/* How a kernel takes a 4-d value of its step under blocked layouts: */
+enum {
+    LZ_TAKES_PLAIN,          /* plain only */
+    LZ_TAKES_STEP_LAYOUT,    /* in the one layout all such values of the step share */
+    LZ_TAKES_EITHER,         /* plain or blocked, whatever the others are */
+};
+struct lz_backend;
+/* Marks the temporaries that every kernel writing or reading them takes
+   blocked, as the backend reports (compile/layout.c), unless blocked
+   layouts are off. Runs after lz_plan_views. */
+void lz_plan_layouts(lz_program *p, const struct lz_backend *be);
+/* Whether lz_plan_layouts marks any: LZ_BLOCKED=0 in the environment (read
+   once) turns them off; lz_blocked_layouts_set overrides that (1, 0, -1
+   back to the environment) for tests and benchmarks. */
+int  lz_blocked_layouts_enabled(void);
+void lz_blocked_layouts_set(int on);
 /* Whether lz_fuse fuses: LZ_FUSION=0 in the environment (read once) turns
    it off; lz_fusion_set overrides that (1 on, 0 off, -1 back to the
    environment) for tests. Executables already compiled keep their steps. */

@@ -96,6 +96,7 @@ const lz_backend *lz_backend_cpu(void)
         .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy,
         .prepare = cpu_prepare, .run = cpu_run, .release = cpu_release,
         .trim = cpu_trim,
+        .layout_block = lz_cpu_layout_block, .operand_layouts = lz_cpu_operand_layouts,
     };
     return &cpu;
 }

@@ -11,11 +11,13 @@
  *
  * Layouts: a channel is N rows of S contiguous floats, C*S apart. When S
  * is tiny (BatchNorm1d on [N, C]) that row walk is all overhead, so the
- * sums walk samples in order and channels inside instead. */
+ * sums walk samples in order and channels inside instead. A channel-blocked
+ * x (lz_value.block) goes to k_batch_norm_blocked.c. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "backend/cpu/activation.h"
+#include "backend/cpu/k_batch_norm_blocked.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
 
@@ -96,6 +98,7 @@ static float inv_std(const float *stats, int64_t C, int64_t c, float eps)
 
 static const char *k_bn_stats(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].block) return lz_cpu_bn_stats_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]];
     float *st = ptrs[s->out];
@@ -135,6 +138,7 @@ static const char *k_bn_stats(const lz_program *p, const lz_step *s, void *const
 
 static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].block) return lz_cpu_bn_apply_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]];
     const float eps = *(const float *)ptrs[s->in[2]];
@@ -168,6 +172,7 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
 /* gstats[c] = sum g, gstats[C + c] = sum g * xhat */
 static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].block) return lz_cpu_bn_grad_stats_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
     const float eps = *(const float *)ptrs[s->in[2]];
@@ -223,6 +228,7 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
 /* dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)) */
 static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].block) return lz_cpu_bn_grad_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
     const float *gs = ptrs[s->in[4]];

@@ -487,6 +487,10 @@ static const char *conv2d_grad_weight(const lz_program *p, const lz_step *s, voi
 const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
                             lz_conv_path path)
 {
+    /* im2col reads plain layouts; blocked steps are oneDNN's (k_dnnl_conv.c) */
+    for (int k = 0; k < s->n_in; k++)
+        if (p->values[s->in[k]].block || p->values[s->out].block)
+            return "lz_conv2d: oneDNN made no primitive for a step on blocked layouts";
     switch ((lz_op)s->op) {
     case LZ_OP_CONV2D: return conv2d(p, s, ptrs, path);
     case LZ_OP_CONV2D_GRAD_INPUT: return conv2d_grad_input(p, s, ptrs, path);

@@ -5,9 +5,13 @@
  * The primitive picks its own (blocked) layouts (format_tag_any); the step's
  * plain NCHW / OIHW memory is reordered in and out around it on every run,
  * into one per-thread scratch block (lz_cpu_scratch) that also holds the
- * primitive's user-mode scratchpad. Blocked layouts do not outlive the
- * step: every other kernel reads plain layouts. On plain layouts oneDNN
- * itself runs gemm (x64:gemm:jit), measured no faster than k_conv.
+ * primitive's user-mode scratchpad. An activation the compiler keeps
+ * channel-blocked (lz_value.block, compile/layout.c) is handed to the
+ * primitive as it is, with no reorder: such steps always run here, since
+ * im2col reads plain layouts only. On plain layouts oneDNN itself runs gemm
+ * (x64:gemm:jit), measured no faster than k_conv.
+ *
+ * The rules below choose for steps on plain layouts only.
  *
  * Which steps (2 cores, OMP_NUM_THREADS=2, median of 40 runs, ms, im2col
  * vs oneDNN with the reorders, resnet18 shapes):
@@ -33,8 +37,8 @@
  * channels is slow); grad weight only with 128+ output pixels over the
  * batch; and only a jit implementation (never oneDNN's reference or gemm
  * fallbacks). The primitive alone, without the reorders, took 0.6-0.8x
- * of these times: what keeping blocked layouts between steps would save,
- * once batch norm, ReLU, add and pooling read them.
+ * of these times: what blocked layouts between steps save, where the
+ * compiler keeps them.
  *
  * Depthwise steps always, whatever their size (they once needed 4 MFLOP):
  * k_conv.c's direct loops pay per row and tap, so on the small planes of
@@ -272,56 +276,116 @@ static int conv_operands(const lz_program *p, const lz_step *s, const lz_value *
     return s->iattr[6] >= 1;
 }
 
+/* The channel-blocked tag of block b (lz_value.block), or 0. */
+static dnnl_format_tag_t blocked_tag(int b)
+{
+    return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_format_tag_undef;
+}
+
+/* The descs of a step's operands: plain[] in the layout the program keeps
+   them (x, w, y order), and what the primitive is asked for: a blocked
+   activation as it is (no reorder if oneDNN takes it, as its jit kernels
+   do), the rest in whatever layout oneDNN prefers (`any`). */
+typedef struct conv_descs {
+    dnnl_memory_desc_t plain[3], ask[3];
+    dnnl_dims_t st, dil, pl, pr;
+} conv_descs;
+
+/* 0 on success. block[k]: the layout of x, w, y (w is always plain). */
+static int make_descs(conv_descs *d, const lz_step *s, const lz_value *X, const lz_value *W,
+                      const lz_value *Y, const int *block)
+{
+    const int64_t G = s->iattr[6];
+    d->st[0] = s->iattr[0]; d->st[1] = s->iattr[1];
+    d->dil[0] = s->iattr[4] - 1; d->dil[1] = s->iattr[5] - 1;
+    d->pl[0] = s->iattr[2]; d->pl[1] = s->iattr[3];
+    for (int k = 0; k < 2; k++)   /* what makes oneDNN's output size the step's */
+        d->pr[k] = (Y->shape[2 + k] - 1) * d->st[k] + (W->shape[2 + k] - 1) * s->iattr[4 + k] + 1 -
+                   X->shape[2 + k] - d->pl[k];
+    dnnl_dims_t dims[3], wg = {G, W->shape[0] / G, W->shape[1], W->shape[2], W->shape[3]};
+    const lz_value *v[3] = {X, W, Y};
+    for (int k = 0; k < 3; k++)   /* dnnl_dims_t is longer than a value's shape */
+        for (int a = 0; a < 4; a++) dims[k][a] = v[k]->shape[a];
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        const int weight = k == 1, nd = weight && G > 1 ? 5 : 4;
+        const int64_t *dm = weight && G > 1 ? wg : dims[k];
+        const dnnl_format_tag_t tag = weight ? (G > 1 ? dnnl_goihw : dnnl_oihw)
+                                    : block[k] ? blocked_tag(block[k]) : dnnl_nchw;
+        bad |= tag == dnnl_format_tag_undef ||
+               dnnl_memory_desc_init_by_tag(&d->plain[k], nd, dm, dnnl_f32, tag) != dnnl_success;
+        if (!bad && !weight && block[k]) d->ask[k] = d->plain[k];
+        else bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], nd, dm, dnnl_f32, dnnl_format_tag_any) != dnnl_success;
+    }
+    return bad;
+}
+
+/* The step's primitive desc on d (see make_pd), or NULL; jit_only: NULL
+   unless it is a jit implementation. */
+static dnnl_primitive_desc_t descs_pd(lz_op op, const conv_descs *d, int jit_only)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success)
+        pd = make_pd(op, &d->ask[0], &d->ask[1], &d->ask[2], d->st, d->dil, d->pl, d->pr, attr);
+    dnnl_primitive_attr_destroy(attr);
+    if (pd && jit_only && !jit_impl(pd)) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+    }
+    return pd;
+}
+
+int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b)
+{
+    const lz_value *X, *W, *Y;
+    if (!lz_dnnl_conv_enabled() || !conv_operands(p, s, &X, &W, &Y)) return 0;
+    /* an image's 3 channels stay plain; the first conv's output need not */
+    const int block[3] = {X->shape[1] % b ? 0 : b, 0, Y->shape[1] % b ? 0 : b};
+    if ((!block[0] && !block[2]) || !take_engine()) return 0;
+    conv_descs d;
+    dnnl_primitive_desc_t pd = make_descs(&d, s, X, W, Y, block) ? NULL : descs_pd((lz_op)s->op, &d, 1);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    pthread_mutex_lock(&lock);
+    live--;
+    pthread_mutex_unlock(&lock);
+    return pd != NULL;
+}
+
 /* Builds the step's oneDNN primitive into c; 0 on success, else c is left
-   without one (no jit kernel, or oneDNN failed). */
+   without one (no jit kernel, or oneDNN failed). With a blocked operand
+   any implementation will do: the other kernels read plain layouts only. */
 static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_step *s)
 {
     const lz_op op = (lz_op)s->op;
     const lz_value *X, *W, *Y;
     if (!conv_operands(p, s, &X, &W, &Y) || !take_engine()) return 1;
     c->engine = 1;
-    const int64_t G = s->iattr[6];
-    dnnl_dims_t st = {s->iattr[0], s->iattr[1]}, dil = {s->iattr[4] - 1, s->iattr[5] - 1};
-    dnnl_dims_t pl = {s->iattr[2], s->iattr[3]}, pr;
-    for (int d = 0; d < 2; d++)   /* what makes oneDNN's output size the step's */
-        pr[d] = (Y->shape[2 + d] - 1) * st[d] + (W->shape[2 + d] - 1) * s->iattr[4 + d] + 1 -
-                X->shape[2 + d] - pl[d];
-    dnnl_dims_t xd, yd, wd, wg = {G, W->shape[0] / G, W->shape[1], W->shape[2], W->shape[3]};
-    for (int d = 0; d < 4; d++) {   /* dnnl_dims_t is longer than a value's shape */
-        xd[d] = X->shape[d];
-        yd[d] = Y->shape[d];
-        wd[d] = W->shape[d];
+    const int block[3] = {X->block, 0, Y->block}, blocked = X->block || Y->block;
+    conv_descs d;
+    int bad = make_descs(&d, s, X, W, Y, block);
+    dnnl_primitive_desc_t pd = bad ? NULL : descs_pd(op, &d, 1);
+    if (!bad && !pd && blocked) {   /* oneDNN picks every layout; reorders around it */
+        for (int k = 0; k < 3; k += 2)
+            bad |= dnnl_memory_desc_init_by_tag(&d.ask[k], 4, d.plain[k].dims, dnnl_f32,
+                                                dnnl_format_tag_any) != dnnl_success;
+        if (!bad) pd = descs_pd(op, &d, 0);
     }
-    const int wnd = G > 1 ? 5 : 4;
-    const int64_t *wdims = G > 1 ? wg : wd;
-    const dnnl_format_tag_t wtag = G > 1 ? dnnl_goihw : dnnl_oihw;
-    dnnl_memory_desc_t px, pw, py, ax, aw, ay;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    int bad = dnnl_memory_desc_init_by_tag(&px, 4, xd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&py, 4, yd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&pw, wnd, wdims, dnnl_f32, wtag) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&ax, 4, xd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&ay, 4, yd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&aw, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success;
-    if (!bad && dnnl_primitive_attr_create(&attr) != dnnl_success) attr = NULL;
-    bad = bad || !attr || dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success;
-    if (!bad) pd = make_pd(op, &ax, &aw, &ay, st, dil, pl, pr, attr);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    bad = bad || !pd || !jit_impl(pd);
+    bad = bad || !pd;
     /* operands in step order: in[0], in[1], out */
     const dnnl_memory_desc_t *plain[3];
     dnnl_query_t q[3];
     if (op == LZ_OP_CONV2D) {
-        plain[0] = &px; plain[1] = &pw; plain[2] = &py;
+        plain[0] = &d.plain[0]; plain[1] = &d.plain[1]; plain[2] = &d.plain[2];
         q[0] = dnnl_query_src_md; q[1] = dnnl_query_weights_md; q[2] = dnnl_query_dst_md;
         c->arg[0] = DNNL_ARG_SRC; c->arg[1] = DNNL_ARG_WEIGHTS; c->arg[2] = DNNL_ARG_DST;
     } else if (op == LZ_OP_CONV2D_GRAD_INPUT) {
-        plain[0] = &py; plain[1] = &pw; plain[2] = &px;
+        plain[0] = &d.plain[2]; plain[1] = &d.plain[1]; plain[2] = &d.plain[0];
         q[0] = dnnl_query_diff_dst_md; q[1] = dnnl_query_weights_md; q[2] = dnnl_query_diff_src_md;
         c->arg[0] = DNNL_ARG_DIFF_DST; c->arg[1] = DNNL_ARG_WEIGHTS; c->arg[2] = DNNL_ARG_DIFF_SRC;
     } else {
-        plain[0] = &px; plain[1] = &py; plain[2] = &pw;
+        plain[0] = &d.plain[0]; plain[1] = &d.plain[2]; plain[2] = &d.plain[1];
         q[0] = dnnl_query_src_md; q[1] = dnnl_query_diff_dst_md; q[2] = dnnl_query_diff_weights_md;
         c->arg[0] = DNNL_ARG_SRC; c->arg[1] = DNNL_ARG_DIFF_DST; c->arg[2] = DNNL_ARG_DIFF_WEIGHTS;
     }
@@ -493,6 +557,14 @@ static void *conv_prepare(const lz_program *p, const lz_step *s)
     const int mode = lz_dnnl_conv_enabled(), depthwise = Cg == 1 && G > 1;
     dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    if (X->block || Y->block) {   /* only oneDNN reads them: no choice to make */
+        if (build_primitive(c, p, s) == 0) {
+            pthread_mutex_lock(&lock);
+            created++;
+            pthread_mutex_unlock(&lock);
+        }
+        return c;   /* without a primitive, k_conv.c fails the step */
+    }
     const int rule_dnnl = mode && worth_it(op, X->shape, W->shape, Y->shape, G);
     const int rule_gathers = lz_cpu_conv_by_rule_gathers(p, s);
     const int prior = rule_dnnl ? ONEDNN : rule_gathers ? GATHERED : PER_IMAGE;

@@ -32,20 +32,22 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
     if (n_in < 1 || n_in > MAX_IN) return "elementwise kernel: bad operand count";
     if (ov->numel == 0) return NULL;
 
-    int64_t full[MAX_IN][LZ_MAX_DIMS], st[MAX_IN][LZ_MAX_DIMS], shp[LZ_MAX_DIMS];
+    int64_t full[MAX_IN][LZ_MAX_DIMS + 1], st[MAX_IN][LZ_MAX_DIMS + 1], shp[LZ_MAX_DIMS + 1];
+    int64_t axes[LZ_MAX_DIMS + 1];   /* of the output's element order, plain or blocked */
     const char *base[MAX_IN];
     size_t isz[MAX_IN];
+    int n_axes = 0;
     for (int k = 0; k < n_in; k++) {
         const lz_value *iv = &p->values[s->in[k]];
-        lz_broadcast_strides(iv, ov, full[k]);
+        n_axes = lz_order_strides(iv, ov, axes, full[k]);
         base[k] = ptrs[s->in[k]];
         isz[k] = lz_dtype_size((lz_dtype)iv->dtype);
     }
     /* fold: drop size-1 dims; merge a dim into the previous one when every
        operand walks both as one (stride_prev == stride * size) */
     int nd = 0;
-    for (int d = 0; d < ov->ndim; d++) {
-        int64_t n = ov->shape[d];
+    for (int d = 0; d < n_axes; d++) {
+        int64_t n = axes[d];
         if (n == 1) continue;
         int merge = nd > 0;
         for (int k = 0; k < n_in && merge; k++) merge = st[k][nd - 1] == full[k][d] * n;

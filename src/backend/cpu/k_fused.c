@@ -24,20 +24,22 @@ typedef struct bcast {
     int64_t shp[LZ_MAX_DIMS], st[LZ_MAX_DIMS];
 } bcast;
 
+/* An operand broadcast over the micro-op's output, through the output's
+   element order (lz_order_strides: plain or channel-blocked). */
 static void fold(const lz_value *in, const lz_value *out, bcast *b)
 {
-    int64_t full[LZ_MAX_DIMS];
-    lz_broadcast_strides(in, out, full);
+    int64_t shp[LZ_MAX_DIMS + 1], st[LZ_MAX_DIMS + 1];
+    const int nd = lz_order_strides(in, out, shp, st);
     b->nd = 0;
-    for (int d = 0; d < out->ndim; d++) {
-        int64_t n = out->shape[d];
+    for (int d = 0; d < nd; d++) {
+        int64_t n = shp[d];
         if (n == 1) continue;
-        if (b->nd > 0 && b->st[b->nd - 1] == full[d] * n) {
+        if (b->nd > 0 && b->st[b->nd - 1] == st[d] * n) {
             b->shp[b->nd - 1] *= n;
-            b->st[b->nd - 1] = full[d];
+            b->st[b->nd - 1] = st[d];
         } else {
             b->shp[b->nd] = n;
-            b->st[b->nd] = full[d];
+            b->st[b->nd] = st[d];
             b->nd++;
         }
     }
@@ -89,9 +91,12 @@ static const char *k_fused(const lz_program *p, const lz_step *s, void *const *p
     for (int k = 0; k < n_ops; k++) {
         row[k] = lz_cpu_elementwise_row(p, &f->ops[k]);
         if (!row[k]) return "fused kernel: operand dtype not supported by this op";
+        /* every micro-op walks the group's order: the step's output's layout */
+        lz_value order = p->values[f->ops[k].out];
+        order.block = p->values[s->out].block;
         for (int a = 0; a < f->ops[k].n_in; a++)
             if (f->args[k][a].kind == LZ_FUSED_BCAST)
-                fold(&p->values[f->args[k][a].ref], &p->values[f->ops[k].out], &bc[k][a]);
+                fold(&p->values[f->args[k][a].ref], &order, &bc[k][a]);
     }
     int64_t numel = f->numel, tiles = (numel + TILE - 1) / TILE;
 

@@ -1,41 +1,12 @@
 /* CPU kernels for max, average and adaptive-average 2-d pooling (NCHW) and
  * their gradients, with torch's window rules. Every kernel works one
  * (image, channel) plane at a time; a gradient plane is written by one
- * thread only, so overlapping windows need no atomics. */
+ * thread only, so overlapping windows need no atomics. Steps whose layout
+ * is channel-blocked go to k_pool_blocked.c (max and adaptive average). */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/k_pool.h"
-
-#define PAR_MIN 32768   /* below this much work a parallel region costs more than it saves */
-
-typedef struct pgeom {
-    int64_t planes, H, W, OH, OW;
-    int64_t kh, kw, sh, sw, ph, pw;
-    int count_pad;
-} pgeom;
-
-/* x: the pooled input's value, y: the pooled output's. */
-static pgeom make_pgeom(const lz_value *x, const lz_value *y, const lz_step *s, int attrs)
-{
-    pgeom g = {0};
-    g.planes = x->shape[0] * x->shape[1];
-    g.H = x->shape[2]; g.W = x->shape[3];
-    g.OH = y->shape[2]; g.OW = y->shape[3];
-    if (attrs) {
-        g.kh = s->iattr[0]; g.kw = s->iattr[1]; g.sh = s->iattr[2]; g.sw = s->iattr[3];
-        g.ph = s->iattr[4]; g.pw = s->iattr[5]; g.count_pad = s->iattr[7] != 0;
-    }
-    return g;
-}
-
-/* The input rows [*lo, *hi) of output row o (torch: clipped to the input). */
-static void window(int64_t o, int64_t s, int64_t p, int64_t k, int64_t in, int64_t *lo, int64_t *hi)
-{
-    int64_t a = o * s - p, b = a + k;
-    *lo = a < 0 ? 0 : a;
-    *hi = b > in ? in : b;
-}
 
 /* torch's avg_pool2d divisor: the window clipped to the padded input, or to
    the input alone without count_include_pad. */
@@ -51,13 +22,6 @@ static int64_t avg_divisor(const pgeom *g, int64_t oh, int64_t ow)
     if (h1 > g->H) h1 = g->H;
     if (w1 > g->W) w1 = g->W;
     return (h1 - h0) * (w1 - w0);
-}
-
-/* torch's adaptive windows: [floor(i*in/out), ceil((i+1)*in/out)). */
-static void adaptive_window(int64_t i, int64_t in, int64_t out, int64_t *lo, int64_t *hi)
-{
-    *lo = i * in / out;
-    *hi = ((i + 1) * in + out - 1) / out;
 }
 
 /* Index in the plane of the element torch's max pool picks: the first
@@ -84,19 +48,6 @@ static int64_t argmax(const pgeom *g, const float *x, int64_t oh, int64_t ow)
     return nan_at >= 0 ? nan_at : best;
 }
 
-static int parallel(const pgeom *g, int64_t per_out)
-{
-    return g->planes * g->OH * g->OW * per_out > PAR_MIN;
-}
-
-/* 2x2 windows, stride 2, no padding, every window inside the input: the
-   common CNN downsampling, with no window arithmetic per output. */
-static int is_2x2(const pgeom *g)
-{
-    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 &&
-           2 * g->OH <= g->H && 2 * g->OW <= g->W;
-}
-
 /* Max of a, b, c, d (row-major window order), NaN if any is, as torch. */
 static inline float max4(float a, float b, float c, float d)
 {
@@ -110,7 +61,7 @@ static inline float max4(float a, float b, float c, float d)
 
 static void max_pool_2x2(const pgeom *g, const float *x, float *y)
 {
-    #pragma omp parallel for schedule(static) if (parallel(g, 4))
+    #pragma omp parallel for schedule(static) if (pool_parallel(g, 4))
     for (int64_t pl = 0; pl < g->planes; pl++)
         for (int64_t oh = 0; oh < g->OH; oh++) {
             const float *r0 = x + (pl * g->H + 2 * oh) * g->W, *r1 = r0 + g->W;
@@ -125,7 +76,7 @@ static void max_pool_2x2(const pgeom *g, const float *x, float *y)
    rows or columns the windows leave out are zeroed. */
 static void max_pool_2x2_grad(const pgeom *g, const float *x, const float *gy, float *dx)
 {
-    #pragma omp parallel for schedule(static) if (parallel(g, 4))
+    #pragma omp parallel for schedule(static) if (pool_parallel(g, 4))
     for (int64_t pl = 0; pl < g->planes; pl++) {
         const float *xp = x + pl * g->H * g->W;
         float *dp = dx + pl * g->H * g->W;
@@ -275,6 +226,7 @@ pick_row(const pgeom *g, const float *xp, int64_t oh, int64_t ow0, int64_t n, in
 
 static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].block) return lz_cpu_max_pool_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
     const float *x = ptrs[s->in[0]];
     float *y = ptrs[s->out];
@@ -282,7 +234,7 @@ static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const
         max_pool_2x2(&g, x, y);
         return NULL;
     }
-    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    #pragma omp parallel for schedule(static) if (pool_parallel(&g, g.kh * g.kw))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.H * g.W;
         float *yp = y + pl * g.OH * g.OW;
@@ -298,6 +250,7 @@ static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const
 /* (x, g) -> dx: each output's gradient goes to its window's first max. */
 static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->out].block) return lz_cpu_max_pool_grad_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->in[1]], s, 1);
     const float *x = ptrs[s->in[0]], *gy = ptrs[s->in[1]];
     float *dx = ptrs[s->out];
@@ -305,7 +258,7 @@ static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *
         max_pool_2x2_grad(&g, x, gy, dx);
         return NULL;
     }
-    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    #pragma omp parallel for schedule(static) if (pool_parallel(&g, g.kh * g.kw))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.H * g.W, *gp = gy + pl * g.OH * g.OW;
         float *dp = dx + pl * g.H * g.W;
@@ -329,7 +282,7 @@ static const char *k_avg_pool(const lz_program *p, const lz_step *s, void *const
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
     const float *x = ptrs[s->in[0]];
     float *y = ptrs[s->out];
-    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    #pragma omp parallel for schedule(static) if (pool_parallel(&g, g.kh * g.kw))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.H * g.W;
         float *yp = y + pl * g.OH * g.OW;
@@ -355,7 +308,7 @@ static const char *k_avg_pool_grad(const lz_program *p, const lz_step *s, void *
     const float *gy = ptrs[s->in[0]];
     float *dx = ptrs[s->out];
     memset(dx, 0, p->values[s->out].nbytes);
-    #pragma omp parallel for schedule(static) if (parallel(&g, g.kh * g.kw))
+    #pragma omp parallel for schedule(static) if (pool_parallel(&g, g.kh * g.kw))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *gp = gy + pl * g.OH * g.OW;
         float *dp = dx + pl * g.H * g.W;
@@ -376,11 +329,12 @@ static const char *k_avg_pool_grad(const lz_program *p, const lz_step *s, void *
 
 static const char *k_adaptive_avg_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].block) return lz_cpu_adaptive_avg_pool_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 0);
     const float *x = ptrs[s->in[0]];
     float *y = ptrs[s->out];
     int64_t per_out = (g.H / g.OH + 2) * (g.W / g.OW + 2);
-    #pragma omp parallel for schedule(static) if (parallel(&g, per_out))
+    #pragma omp parallel for schedule(static) if (pool_parallel(&g, per_out))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *xp = x + pl * g.H * g.W;
         float *yp = y + pl * g.OH * g.OW;
@@ -402,12 +356,13 @@ static const char *k_adaptive_avg_pool(const lz_program *p, const lz_step *s, vo
 
 static const char *k_adaptive_avg_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
+    if (p->values[s->out].block) return lz_cpu_adaptive_avg_pool_grad_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->out], &p->values[s->in[0]], s, 0);
     const float *gy = ptrs[s->in[0]];
     float *dx = ptrs[s->out];
     memset(dx, 0, p->values[s->out].nbytes);
     int64_t per_out = (g.H / g.OH + 2) * (g.W / g.OW + 2);
-    #pragma omp parallel for schedule(static) if (parallel(&g, per_out))
+    #pragma omp parallel for schedule(static) if (pool_parallel(&g, per_out))
     for (int64_t pl = 0; pl < g.planes; pl++) {
         const float *gp = gy + pl * g.OH * g.OW;
         float *dp = dx + pl * g.H * g.W;

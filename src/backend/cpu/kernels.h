@@ -60,6 +60,12 @@ void lz_dnnl_conv_set(int on);
    many step shapes were timed to choose their way (tests). */
 int64_t lz_dnnl_conv_created(void);
 int64_t lz_dnnl_conv_timed(void);
+/* Whether oneDNN has a jit primitive for conv2d step s with its
+   activations in channel block b (k_dnnl_conv.c). */
+int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b);
+/* Blocked layouts on the CPU (layout.c): the lz_backend hooks. */
+int  lz_cpu_layout_block(void);
+void lz_cpu_operand_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *how);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
 void lz_dnnl_conv_trim(void);
 
@@ -78,5 +84,11 @@ int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s);
 /* Strides (in elements) that read `in` broadcast to out's shape, aligned
    to out's ndim (0 on broadcast axes). */
 void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *strides);
+/* The axes of out's element order and the strides (in elements) that read
+   `in` along them, broadcast: out's own axes, or for a channel-blocked out
+   (lz_value.block = b) the 5 axes [N, C/b, H, W, b], which read a blocked
+   in of out's shape contiguously and a plain one (a per-channel bias, a
+   scalar) through its broadcast strides. Returns the axis count. */
+int lz_order_strides(const lz_value *in, const lz_value *out, int64_t *shape, int64_t *st);
 
 #endif
