@@ -50,9 +50,10 @@ int main(void) { return omp_get_max_threads() < 1; }' > "$OUT/omp.c"
 
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 # The library is held to -Werror under clang too: clang warns about things
-# gcc does not (a bitwise | in a condition, for one).
+# gcc does not (a bitwise | in a condition, for one). Not for a loop that
+# `#pragma omp simd` asks to vectorise and -O1 with sanitizers does not.
 CFLAGS=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp
-        -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/src")
+        -Wall -Wextra -Werror -Wno-pass-failed -I"$ROOT/include" -I"$ROOT/src")
 LIBS=(-ldnnl -lz -lm -lpthread -fopenmp)
 
 # The library, instrumented for coverage (fuzzer-no-link) and sanitizers;
