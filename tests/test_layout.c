@@ -149,7 +149,9 @@ static void check_pass_rules(void)
 
 /* ---- a small residual CNN on the CPU backend --------------------------- */
 
-typedef struct net { lz_tensor *x, *y, *w1, *c1, *g1, *b1, *w2, *g2, *b2, *sc, *sh, *fc, *fcb; } net;
+typedef struct net {
+    lz_tensor *x, *y, *w1, *c1, *g1, *b1, *w2, *g2, *b2, *sc, *sh, *fc, *fcb;
+} net;
 
 static lz_tensor *param(unsigned seed, float scale, int ndim, const int64_t *shape)
 {

@@ -488,9 +488,9 @@ const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *
                             lz_conv_path path)
 {
     /* im2col reads plain layouts; blocked steps are oneDNN's (k_dnnl_conv.c) */
-    for (int k = 0; k < s->n_in; k++)
-        if (p->values[s->in[k]].block || p->values[s->out].block)
-            return "lz_conv2d: oneDNN made no primitive for a step on blocked layouts";
+    int blocked = p->values[s->out].block;
+    for (int k = 0; k < s->n_in; k++) blocked |= p->values[s->in[k]].block;
+    if (blocked) return "lz_conv2d: oneDNN made no primitive for a step on blocked layouts";
     switch ((lz_op)s->op) {
     case LZ_OP_CONV2D: return conv2d(p, s, ptrs, path);
     case LZ_OP_CONV2D_GRAD_INPUT: return conv2d_grad_input(p, s, ptrs, path);

@@ -131,33 +131,6 @@ typedef struct dnnl_conv {
     int arg[3], value[3];
 } dnnl_conv;
 
-/* Frees the primitive and its memories; the state then runs k_conv.c. */
-static void drop_primitive(dnnl_conv *c)
-{
-    if (c->prim) dnnl_primitive_destroy(c->prim);
-    for (int k = 0; k < 3; k++) {
-        if (c->reorder[k]) dnnl_primitive_destroy(c->reorder[k]);
-        if (c->inner[k] && c->inner[k] != c->plain[k]) dnnl_memory_destroy(c->inner[k]);
-        if (c->plain[k]) dnnl_memory_destroy(c->plain[k]);
-    }
-    if (c->scratchpad) dnnl_memory_destroy(c->scratchpad);
-    if (c->engine) {
-        pthread_mutex_lock(&lock);
-        live--;
-        pthread_mutex_unlock(&lock);
-    }
-    const lz_conv_path path = c->path;
-    memset(c, 0, sizeof *c);
-    c->path = path;
-}
-
-static void conv_release(void *state)
-{
-    if (!state) return;
-    drop_primitive(state);
-    free(state);
-}
-
 static int take_engine(void)
 {
     int ok = 1;
@@ -170,6 +143,37 @@ static int take_engine(void)
     pthread_mutex_unlock(&lock);
     return ok;
 }
+
+static void give_engine(void)
+{
+    pthread_mutex_lock(&lock);
+    live--;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Frees the primitive and its memories; the state then runs k_conv.c. */
+static void drop_primitive(dnnl_conv *c)
+{
+    if (c->prim) dnnl_primitive_destroy(c->prim);
+    for (int k = 0; k < 3; k++) {
+        if (c->reorder[k]) dnnl_primitive_destroy(c->reorder[k]);
+        if (c->inner[k] && c->inner[k] != c->plain[k]) dnnl_memory_destroy(c->inner[k]);
+        if (c->plain[k]) dnnl_memory_destroy(c->plain[k]);
+    }
+    if (c->scratchpad) dnnl_memory_destroy(c->scratchpad);
+    if (c->engine) give_engine();
+    const lz_conv_path path = c->path;
+    memset(c, 0, sizeof *c);
+    c->path = path;
+}
+
+static void conv_release(void *state)
+{
+    if (!state) return;
+    drop_primitive(state);
+    free(state);
+}
+
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -315,7 +319,8 @@ static int make_descs(conv_descs *d, const lz_step *s, const lz_value *X, const 
         bad |= tag == dnnl_format_tag_undef ||
                dnnl_memory_desc_init_by_tag(&d->plain[k], nd, dm, dnnl_f32, tag) != dnnl_success;
         if (!bad && !weight && block[k]) d->ask[k] = d->plain[k];
-        else bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], nd, dm, dnnl_f32, dnnl_format_tag_any) != dnnl_success;
+        else bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], nd, dm, dnnl_f32,
+                                                 dnnl_format_tag_any) != dnnl_success;
     }
     return bad;
 }
@@ -345,11 +350,10 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b)
     const int block[3] = {X->shape[1] % b ? 0 : b, 0, Y->shape[1] % b ? 0 : b};
     if ((!block[0] && !block[2]) || !take_engine()) return 0;
     conv_descs d;
-    dnnl_primitive_desc_t pd = make_descs(&d, s, X, W, Y, block) ? NULL : descs_pd((lz_op)s->op, &d, 1);
+    dnnl_primitive_desc_t pd = make_descs(&d, s, X, W, Y, block) ? NULL
+                                                                 : descs_pd((lz_op)s->op, &d, 1);
     if (pd) dnnl_primitive_desc_destroy(pd);
-    pthread_mutex_lock(&lock);
-    live--;
-    pthread_mutex_unlock(&lock);
+    give_engine();
     return pd != NULL;
 }
 

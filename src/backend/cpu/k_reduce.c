@@ -172,7 +172,8 @@ static const char *reduce_all(const red_ops *ops, const char *x, size_t esz, int
    H and W (a bias gradient; compile/layout.c marks no other kind blocked)
    or over everything: a channel's sum is lane c % b of its block's rows,
    folded b lanes at a time, in double as the plain paths. */
-static const char *reduce_blocked(const lz_program *p, const lz_step *s, void *const *ptrs, int mean)
+static const char *reduce_blocked(const lz_program *p, const lz_step *s, void *const *ptrs,
+                                  int mean)
 {
     const lz_value *xv = &p->values[s->in[0]];
     const int64_t b = xv->block, N = xv->shape[0], CB = xv->shape[1] / b;
