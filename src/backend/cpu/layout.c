@@ -4,8 +4,9 @@
  * with a blocked form: oneDNN's convolutions (each activation on its own;
  * weights plain), batch norm, max and adaptive-average pooling and their
  * gradients, sums and means over all but the channels, concatenations and
- * slices along whole channel blocks, and element-wise steps, fused or not, whose operands are the
- * output's shape or a broadcast the fused kernel maps (k_fused.c). */
+ * slices along whole channel blocks, and element-wise steps, fused or not
+ * (an operand of another shape, a per-channel bias say, is read plain
+ * through the blocked order: lz_order_strides). */
 #include <dnnl.h>
 
 #include "backend/backend.h"
