@@ -169,9 +169,9 @@ static const char *reduce_all(const red_ops *ops, const char *x, size_t esz, int
 }
 
 /* x channel-blocked [N, C/b, H, W, b] (lz_value.block), reduced over N,
-   H and W (a bias gradient; compile/layout.c marks no other kind blocked)
-   or over everything: a channel's sum is lane c % b of its block's rows,
-   folded b lanes at a time, in double as the plain paths. */
+   H and W (a bias gradient): a channel's sum is lane c % b of its
+   block's rows, folded b lanes at a time, in double as the plain paths.
+   (A reduction over everything reads any layout alike: run_reduce's.) */
 static const char *reduce_blocked(const lz_program *p, const lz_step *s, void *const *ptrs,
                                   int mean)
 {
@@ -180,25 +180,19 @@ static const char *reduce_blocked(const lz_program *p, const lz_step *s, void *c
     const int64_t S = xv->shape[2] * xv->shape[3];
     const float *x = ptrs[s->in[0]];
     float *out = ptrs[s->out];
-    if (xv->dtype != LZ_F32 || s->op == LZ_OP_MAX || b > 64)
+    if (xv->dtype != LZ_F32 || s->op == LZ_OP_MAX || b > 64 || (s->iattr[0] & 0xf) != 0xd)
         return "reduce kernel: no blocked form of this reduction";
-    if ((s->iattr[0] & 2) == 0) {
-        #pragma omp parallel for schedule(static) if (xv->numel > PAR_MIN && CB > 1)
-        for (int64_t cb = 0; cb < CB; cb++) {
-            double acc[64] = {0};
-            for (int64_t n = 0; n < N; n++) {
-                const float *r = x + (n * CB + cb) * S * b;
-                for (int64_t i = 0; i < S; i++)
-                    for (int64_t l = 0; l < b; l++) acc[l] += r[i * b + l];
-            }
-            for (int64_t l = 0; l < b; l++)
-                out[cb * b + l] = (float)(mean ? acc[l] / (double)(N * S) : acc[l]);
+    #pragma omp parallel for schedule(static) if (xv->numel > PAR_MIN && CB > 1)
+    for (int64_t cb = 0; cb < CB; cb++) {
+        double acc[64] = {0};
+        for (int64_t n = 0; n < N; n++) {
+            const float *r = x + (n * CB + cb) * S * b;
+            for (int64_t i = 0; i < S; i++)
+                for (int64_t l = 0; l < b; l++) acc[l] += r[i * b + l];
         }
-        return NULL;
+        for (int64_t l = 0; l < b; l++)
+            out[cb * b + l] = (float)(mean ? acc[l] / (double)(N * S) : acc[l]);
     }
-    double acc = 0;   /* everything: the order does not matter beyond rounding */
-    for (int64_t i = 0; i < xv->numel; i++) acc += x[i];
-    out[0] = (float)(mean ? acc / (double)xv->numel : acc);
     return NULL;
 }
 
@@ -211,7 +205,7 @@ static const char *run_reduce(const lz_program *p, const lz_step *s, void *const
     size_t esz = lz_dtype_size((lz_dtype)xv->dtype);
     int64_t mask = s->iattr[0];
     if (ov->numel == 0) return NULL;
-    if (xv->block) return reduce_blocked(p, s, ptrs, mean);
+    if (xv->block && (mask & 0xf) != 0xf) return reduce_blocked(p, s, ptrs, mean);
     int64_t count = 1;          /* reduced elements per output */
     for (int d = 0; d < xv->ndim; d++)
         if (mask >> d & 1) count *= xv->shape[d];
