@@ -2,14 +2,18 @@
  * forward and both gradients agree with the oneDNN path on and off, the
  * values read back are plain NCHW / OIHW whatever layout the primitive
  * used inside, a training step is still one execution, steps oneDNN
- * is not used for (1x1) make no primitive, and the tuned choice is timed
- * once per step shape. */
+ * is not used for (1x1) make no primitive, the tuned choice is timed
+ * once per step shape, and oneDNN's buffers are the step's scratch in the
+ * executable's arena. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "compile/executable.h"
 #include "core/cache.h"
+#include "core/graph.h"
+#include "core/tensor.h"
 #include "testlib.h"
 
 #define TOL 1e-5
@@ -181,6 +185,95 @@ static void check_tuned(const int64_t *xs, const int64_t *ws, lz_conv2d_opts o, 
     free_result(&off);
 }
 
+/* Whether step i's scratch overlaps the memory of a value live while it
+   runs (written at or before i, read at or after i). */
+static int scratch_overlaps_live(const lz_program *p, int i)
+{
+    const lz_step *s = &p->steps[i];
+    const size_t lo = s->scratch_offset, hi = lo + s->scratch_bytes;
+    for (int v = 0; v < p->n_values; v++) {
+        if (p->values[v].kind != LZ_VALUE_TEMP) continue;
+        int first = -1, last = -1;
+        for (int j = 0; j < p->n_steps; j++) {
+            const lz_step *t = &p->steps[j];
+            int touches = t->out == v;
+            for (int k = 0; t->fused && k < t->fused->n_extra; k++) touches |= t->fused->extra[k] == v;
+            if (touches && first < 0) first = j;
+            for (int k = 0; k < t->n_in; k++) touches |= lz_memory_of(p, t->in[k]) == v;
+            if (touches) last = j;
+        }
+        const lz_value *val = &p->values[v];
+        if (first <= i && i <= last && val->offset < hi && lo < val->offset + val->nbytes) return 1;
+    }
+    return 0;
+}
+
+/* Two convolutions' training step: loss and both weights' gradients.
+   inspect: compile it here first, check each step's scratch, and have
+   the barrier run that executable (a cache hit). */
+static void two_convs(int mode, int inspect, float *out[3])
+{
+    lz_dnnl_conv_set(mode);
+    lz_cache_clear();
+    const int64_t xs[4] = {2, 16, 12, 12}, ws[4] = {16, 16, 3, 3};
+    const lz_conv2d_opts pad = {.padding = {1, 1}};
+    lz_tensor *x = lz_test_rand(51, -1, 1, 4, xs), *w1 = lz_test_rand(52, -0.3f, 0.3f, 4, ws);
+    lz_tensor *w2 = lz_test_rand(53, -0.3f, 0.3f, 4, ws);
+    lz_requires_grad(w1, 1);
+    lz_requires_grad(w2, 1);
+    lz_scope_begin();
+    lz_tensor *h = lz_conv2d(lz_relu(lz_conv2d(x, w1, NULL, pad)), w2, NULL, pad);
+    lz_tensor *loss = lz_keep(lz_sum(lz_mul(h, h)));
+    CHECK(lz_backward(loss) == 0);
+    lz_scope_end();
+    lz_tensor *read[3] = {loss, lz_grad(w1), lz_grad(w2)};
+    if (inspect) {
+        lz_node *roots[3] = {read[0]->node, read[1]->node, read[2]->node};
+        lz_graph g;
+        lz_graph_cut(&g, roots, 3);
+        lz_executable *e = lz_compile(&g);
+        CHECK(e != NULL);
+        int with_scratch = 0;
+        for (int i = 0; e && i < e->prog.n_steps; i++) {
+            const lz_step *s = &e->prog.steps[i];
+            if (!s->scratch_bytes) continue;
+            with_scratch++;
+            CHECK(s->scratch_offset + s->scratch_bytes <= e->prog.arena_bytes);
+            CHECK(!scratch_overlaps_live(&e->prog, i));
+        }
+        /* forward, both gradients of the second conv, the first's weight
+           gradient: all reorder plain operands */
+        CHECK(with_scratch >= 4);
+        if (e) lz_cache_insert(e);
+        lz_executable_unref(e);
+        lz_graph_release(&g);
+    }
+    lz_metrics m0 = lz_metrics_get();
+    CHECK(lz_sync(read, 3, 1) == 0);
+    lz_metrics m1 = lz_metrics_get();
+    CHECK_EQ_I(m1.executions - m0.executions, 1);
+    if (inspect) CHECK_EQ_I(m1.compiles - m0.compiles, 0);
+    for (int k = 0; k < 3; k++) out[k] = lz_test_read(read[k]);
+    lz_free(loss);
+    lz_free(w2);
+    lz_free(w1);
+    lz_free(x);
+}
+
+static void check_scratch_in_arena(void)
+{
+    float *on[3], *off[3];
+    two_convs(2, 1, on);
+    two_convs(0, 0, off);
+    const int64_t n[3] = {1, 16 * 16 * 9, 16 * 16 * 9};
+    for (int k = 0; k < 3; k++) {
+        CHECK(on[k] && off[k]);
+        if (on[k] && off[k]) CHECK(lz_test_rel_err(on[k], off[k], n[k]) <= TOL);
+        free(on[k]);
+        free(off[k]);
+    }
+}
+
 int main(void)
 {
     check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
@@ -223,6 +316,7 @@ int main(void)
                 (lz_conv2d_opts){.padding = {1, 1}}, 0, "tuned 3x3");
     check_tuned((int64_t[]){2, 256, 8, 8}, (int64_t[]){512, 256, 1, 1}, (lz_conv2d_opts){0}, 1,
                 "tuned 1x1");
+    check_scratch_in_arena();
     lz_dnnl_conv_set(-1);
     lz_shutdown();
     return lz_test_done();

@@ -17,11 +17,13 @@ typedef struct lz_backend {
     /* Device to device; the executor uses it to keep state a failed run
        would have updated. */
     void  (*copy)(void *dst, const void *src, size_t nbytes);
-    /* Prepares kernels for p (which outlives the result). NULL + error. */
-    lz_backend_exec *(*prepare)(const lz_program *p);
-    /* Runs on the executor thread. ptrs[v] is value v's memory. Returns NULL
-       or a message naming the failing op. */
-    const char *(*run)(lz_backend_exec *e, void *const *ptrs);
+    /* Prepares kernels for p (which outlives the result) and sets each
+       step's scratch_bytes; runs before the memory plan. NULL + error. */
+    lz_backend_exec *(*prepare)(lz_program *p);
+    /* Runs on the executor thread. ptrs[v] is value v's memory; step i's
+       scratch is at arena + steps[i].scratch_offset. Returns NULL or a
+       message naming the failing op. */
+    const char *(*run)(lz_backend_exec *e, void *const *ptrs, void *arena);
     void  (*release)(lz_backend_exec *e);
     /* Blocked layouts (compile/layout.c), both optional: the channel block
        of the backend's kernels (0: plain layouts only), and how step s's

@@ -1,8 +1,9 @@
 /* Lowering: one value per graph node, one step per pending node, in
  * post-order; then the passes that take kernels out (shape steps that need
  * none: fold_expand.c, fold_slice_grad.c; fusion: fuse_bn_act.c, fuse.c;
- * reshapes as views: views.c; the in-place tail: inplace.c), the memory plan (memplan.c) and the
- * backend's kernel preparation. */
+ * reshapes as views: views.c; the in-place tail: inplace.c), the backend's
+ * kernel preparation, and the memory plan (memplan.c), which places the
+ * values and the scratch the kernels asked for. */
 #include "compile/executable.h"
 
 #include <assert.h>
@@ -102,12 +103,13 @@ lz_executable *lz_compile(const lz_graph *g)
     e->backend = lz_backend_current();
     lz_plan_layouts(&e->prog, e->backend);
     lz_plan_inplace(&e->prog);
-    lz_plan_memory(&e->prog);
+    /* the kernels first: the plan places the scratch they ask for */
     e->bexec = e->backend->prepare(&e->prog);
     if (!e->bexec) {
         lz_executable_unref(e);
         return NULL;
     }
+    lz_plan_memory(&e->prog);
     if (e->prog.arena_bytes) {
         e->arena = lz_device_alloc(e->prog.arena_bytes);
         if (!e->arena) {

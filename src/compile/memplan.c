@@ -1,6 +1,7 @@
 /* Memory planning in one pass over the schedule (like ggml-alloc): each
  * temporary takes the best-fitting free block when it is produced and gives
- * it back after its last use, so activations reuse freed memory. */
+ * it back after its last use, so activations reuse freed memory. A step's
+ * scratch is a temporary that lives for that step alone. */
 #include <assert.h>
 #include <stdlib.h>
 
@@ -54,6 +55,8 @@ static void give(freelist *f, size_t off, size_t size)
 
 static int n_extra(const lz_step *s) { return s->fused ? s->fused->n_extra : 0; }
 
+static size_t aligned(size_t nbytes) { return (nbytes + ALIGN - 1) / ALIGN * ALIGN; }
+
 void lz_plan_memory(lz_program *p)
 {
     int *last_use = malloc(sizeof *last_use * (size_t)(p->n_values ? p->n_values : 1));
@@ -67,22 +70,24 @@ void lz_plan_memory(lz_program *p)
     }
     freelist f = {0};
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step *s = &p->steps[i];
+        lz_step *s = &p->steps[i];
         /* a fused step writes its extra results too: all are placed
            before any input is freed */
         for (int k = -1; k < n_extra(s); k++) {
             lz_value *out = &p->values[k < 0 ? s->out : s->fused->extra[k]];
             if (out->kind == LZ_VALUE_TEMP)
-                out->offset = take(&f, (out->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+                out->offset = take(&f, aligned(out->nbytes));
         }
+        if (s->scratch_bytes) s->scratch_offset = take(&f, aligned(s->scratch_bytes));
         /* freed after the step, so no kernel writes over its own inputs */
         for (int k = -1 - n_extra(s); k < s->n_in; k++) {
             int v = k == -1 ? s->out : k < -1 ? s->fused->extra[-2 - k] : lz_memory_of(p, s->in[k]);
             lz_value *val = &p->values[v];
             if (val->kind != LZ_VALUE_TEMP || last_use[v] != i) continue;
             last_use[v] = -2; /* an input listed twice is freed once */
-            give(&f, val->offset, (val->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+            give(&f, val->offset, aligned(val->nbytes));
         }
+        if (s->scratch_bytes) give(&f, s->scratch_offset, aligned(s->scratch_bytes));
     }
     p->arena_bytes = f.end;
     free(f.v);

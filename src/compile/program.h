@@ -36,6 +36,10 @@ typedef struct lz_step {
     int64_t  iattr[LZ_MAX_IATTR];
     float    fattr[LZ_MAX_FATTR];
     struct lz_fused *fused;  /* LZ_OP_FUSED_ELEMENTWISE only, owned by the program */
+    /* memory the step's kernel needs only while it runs (a library's
+       scratchpad, reorder buffers): the backend's prepare sets the size,
+       the memory plan places it in the arena beside the step's values */
+    size_t   scratch_bytes, scratch_offset;
 } lz_step;
 
 /* Where a micro-op of a fused step reads an operand. */

@@ -77,7 +77,7 @@ static void run_job(job *j)
         for (int v = 0; v < p->n_values; v++)
             if (p->values[v].kind == LZ_VALUE_VIEW) ptrs[v] = ptrs[p->values[v].view_of];
         double t0 = lz_now_ms();
-        const char *msg = j->exe->backend->run(j->exe->bexec, ptrs);
+        const char *msg = j->exe->backend->run(j->exe->bexec, ptrs, j->exe->arena);
         lz_metrics_add_execute_ms(lz_now_ms() - t0);
         if (msg) err = strdup(msg);
         if (ptrs != ptrs_small) free(ptrs);

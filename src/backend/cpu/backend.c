@@ -33,7 +33,7 @@ static void cpu_release(lz_backend_exec *e)
     free(e);
 }
 
-static lz_backend_exec *cpu_prepare(const lz_program *p)
+static lz_backend_exec *cpu_prepare(lz_program *p)
 {
     lz_backend_exec *e = calloc(1, sizeof *e + sizeof(cpu_step) * (size_t)(p->n_steps + 1));
     if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_steps);
@@ -48,6 +48,7 @@ static lz_backend_exec *cpu_prepare(const lz_program *p)
         cs->stateful = lz_cpu_stateful_kernel_for((lz_op)p->steps[i].op);
         if (cs->stateful) cs->state = cs->stateful->prepare(p, &p->steps[i]);
         cs->library = cs->state && cs->stateful->library(cs->state);
+        p->steps[i].scratch_bytes = cs->state ? cs->stateful->scratch_bytes(cs->state) : 0;
     }
     return e;
 }
@@ -64,7 +65,7 @@ static const char *injected_fault(const lz_program *p, int i)
     return NULL;
 }
 
-static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
+static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
 {
     const lz_program *p = e->prog;
     for (int i = 0; i < p->n_steps; i++) {
@@ -73,8 +74,10 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs)
         const cpu_step *cs = &e->steps[i];
         const int timed = lz_profile_on();
         const double t0 = timed ? lz_now_ms() : 0;
-        const char *err = cs->state ? cs->stateful->run(cs->state, p, &p->steps[i], ptrs)
-                                    : cs->kernel(p, &p->steps[i], ptrs);
+        const lz_step *s = &p->steps[i];
+        void *scratch = s->scratch_bytes ? (char *)arena + s->scratch_offset : NULL;
+        const char *err = cs->state ? cs->stateful->run(cs->state, p, s, ptrs, scratch)
+                                    : cs->kernel(p, s, ptrs);
         if (err) return err;
         if (timed) lz_profile_add(p->steps[i].op, cs->library, lz_now_ms() - t0);
     }

@@ -4,8 +4,9 @@
  *
  * The primitive picks its own (blocked) layouts (format_tag_any); the step's
  * plain NCHW / OIHW memory is reordered in and out around it on every run,
- * into one per-thread scratch block (lz_cpu_scratch) that also holds the
- * primitive's user-mode scratchpad. An activation the compiler keeps
+ * into the step's scratch (lz_step.scratch_bytes, placed in the
+ * executable's arena by the memory plan, live for this step alone) that
+ * also holds the primitive's user-mode scratchpad. An activation the compiler keeps
  * channel-blocked (lz_value.block, compile/layout.c) is handed to the
  * primitive as it is, with no reorder: such steps always run here, since
  * im2col reads plain layouts only. On plain layouts oneDNN itself runs gemm
@@ -72,7 +73,6 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/scratch.h"
 #include "core/ir.h"
 #include "core/metrics.h"
 
@@ -127,7 +127,7 @@ typedef struct dnnl_conv {
     int engine;                    /* holds a reference on the engine */
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
     dnnl_memory_t plain[3], inner[3], scratchpad;
-    size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the scratch block */
+    size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the step's scratch */
     int arg[3], value[3];
 } dnnl_conv;
 
@@ -422,12 +422,13 @@ static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
     return dnnl_primitive_execute(r, stream, 2, a) != dnnl_success;
 }
 
-static const char *conv_run(void *state, const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *conv_run(void *state, const lz_program *p, const lz_step *s, void *const *ptrs,
+                            void *scratch)
 {
     dnnl_conv *c = state;
     if (!c->prim) return lz_cpu_conv_run(p, s, ptrs, c->path);
-    char *block = c->bytes ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, c->bytes) : NULL;
-    if (c->bytes && !block) return "lz_conv2d: out of memory for oneDNN's buffers";
+    char *block = scratch;
+    if (c->bytes && !block) return "lz_conv2d: no scratch for oneDNN's buffers (the memory plan gave none)";
     int bad = 0;
     for (int k = 0; k < 3; k++) {
         bad |= dnnl_memory_set_data_handle(c->plain[k], ptrs[c->value[k]]) != dnnl_success;
@@ -516,7 +517,8 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
 {
     void **ptrs = calloc((size_t)p->n_values, sizeof *ptrs);
     const int v[3] = {s->in[0], s->in[1], s->out};
-    int ok = ptrs != NULL;
+    void *scratch = c->bytes ? aligned_alloc(64, c->bytes) : NULL;   /* c->bytes: align64'd */
+    int ok = ptrs != NULL && (scratch || !c->bytes);
     for (int k = 0; k < 3 && ok; k++) {
         const lz_value *val = &p->values[v[k]];
         float *f = ptrs[v[k]] = malloc(val->nbytes);
@@ -533,7 +535,7 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
             if (w != ONEDNN) c->prim = NULL;   /* conv_run takes k_conv.c's path */
             c->path = w == GATHERED ? LZ_CONV_GATHERED : LZ_CONV_PER_IMAGE;
             const double t0 = lz_now_ms();
-            ok = conv_run(c, p, s, ptrs) == NULL;
+            ok = conv_run(c, p, s, ptrs, scratch) == NULL;
             const double t = lz_now_ms() - t0;
             c->prim = prim;
             if (rep == 0) {
@@ -545,6 +547,7 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
         }
     for (int k = 0; ptrs && k < 3; k++) free(ptrs[v[k]]);
     free(ptrs);
+    free(scratch);
     if (!ok) return prior;
     int way = prior;
     for (int w = 0; w < N_WAYS; w++)   /* the prior keeps ties within 3% */
@@ -603,9 +606,16 @@ static void *conv_prepare(const lz_program *p, const lz_step *s)
 
 static int runs_library(const void *state) { return ((const dnnl_conv *)state)->prim != NULL; }
 
+static size_t scratch_bytes(const void *state)
+{
+    const dnnl_conv *c = state;
+    return c->prim ? c->bytes : 0;
+}
+
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op)
 {
-    static const lz_stateful_kernel k = {conv_prepare, conv_run, conv_release, runs_library};
+    static const lz_stateful_kernel k = {conv_prepare, scratch_bytes, conv_run, conv_release,
+                                         runs_library};
     switch (op) {
     case LZ_OP_CONV2D:
     case LZ_OP_CONV2D_GRAD_INPUT:

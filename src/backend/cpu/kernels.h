@@ -35,7 +35,11 @@ lz_kernel lz_cpu_kernel_for(lz_op op);
    when the step is better (or only) run by the plain kernel for its op. */
 typedef struct lz_stateful_kernel {
     void *(*prepare)(const lz_program *p, const lz_step *s);
-    const char *(*run)(void *state, const lz_program *p, const lz_step *s, void *const *ptrs);
+    /* the step's scratch (lz_step.scratch_bytes) the state asks for */
+    size_t (*scratch_bytes)(const void *state);
+    /* scratch: scratch_bytes of the executable's arena, this step's alone */
+    const char *(*run)(void *state, const lz_program *p, const lz_step *s, void *const *ptrs,
+                       void *scratch);
     void (*release)(void *state);
     /* whether the state runs a library primitive (oneDNN) rather than
        one of lazyc's kernels: what the profile calls it */
