@@ -309,6 +309,9 @@ static int run_grads(const char *name, const char *weights, const char *inputs, 
     if (!x || !y) goto done;
     lz_tensor *loss = lz_model_loss(m, x, y, training);
     if (!loss || lz_backward(loss)) goto done;
+    /* one graph for the loss and every gradient: read one at a time, each
+       would run its own graph, recomputing the backward pass they share */
+    lz_mark_step();
     float l = lz_item(loss);
     lz_free(loss);
     res = lz_params_new();
