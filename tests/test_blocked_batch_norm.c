@@ -14,9 +14,9 @@
 
 #define STAT_TOL 1e-6
 
-/* Every value a step of the four ops may name; the 4-d ones (X, G, MASK,
-   Y) are the blocked ones. */
-enum { V_X, V_ST, V_EPS, V_W, V_B, V_G, V_GS, V_MASK, V_Y, V_STOUT, N_V };
+/* Every value a step of the four ops may name; the 4-d ones (X, G, Y) are
+   the blocked ones. */
+enum { V_X, V_ST, V_EPS, V_W, V_B, V_G, V_GS, V_Y, V_STOUT, N_V };
 
 typedef struct bn_case {
     int64_t shape[4];
@@ -52,10 +52,9 @@ static void make_values(lz_value *vals, const int64_t *xs, int block)
     set_value(&vals[V_B], 1, &xs[1]);
     set_value(&vals[V_G], 4, xs);
     set_value(&vals[V_GS], 2, st);
-    set_value(&vals[V_MASK], 4, xs);
     set_value(&vals[V_Y], 4, xs);
     set_value(&vals[V_STOUT], 2, st);
-    vals[V_X].block = vals[V_G].block = vals[V_MASK].block = vals[V_Y].block = (uint8_t)block;
+    vals[V_X].block = vals[V_G].block = vals[V_Y].block = (uint8_t)block;
 }
 
 /* The step of op for case k, its inputs in the op's order (core/ir.h). */
@@ -85,19 +84,24 @@ static lz_step make_step(lz_op op, const bn_case *k, int *in)
         break;
     case LZ_OP_BATCH_NORM_GRAD_STATS:
         in[n++] = V_G;
-        if (k->act) in[n++] = V_MASK;
-        s.iattr[2] = k->act;
         s.out = V_STOUT;
         break;
     default:   /* LZ_OP_BATCH_NORM_GRAD */
         in[n++] = V_G;
         in[n++] = V_GS;
         if (k->has_w) in[n++] = V_W;
-        if (k->act) in[n++] = V_MASK;
         s.iattr[0] = k->has_w;
-        s.iattr[2] = k->act;
         s.out = V_Y;
         break;
+    }
+    /* a folded activation's gradient: y recomputed with the forward's
+       weight and bias, the last inputs */
+    if ((op == LZ_OP_BATCH_NORM_GRAD_STATS || op == LZ_OP_BATCH_NORM_GRAD) && k->act) {
+        if (k->has_w) in[n++] = V_W;
+        if (k->has_b) in[n++] = V_B;
+        s.iattr[2] = k->act;
+        s.iattr[3] = k->has_w;
+        s.iattr[4] = k->has_b;
     }
     s.n_in = n;
     s.fattr[0] = -1.0f;   /* hardtanh's bounds */
@@ -137,19 +141,18 @@ static void fill(const bn_case *k, bufs *plain, bufs *blk)
 {
     const int64_t n = numel4(k->shape), C = k->shape[1];
     for (int i = 0; i < N_V; i++) {
-        const int64_t len = i == V_EPS ? 1 : (i == V_X || i == V_G || i == V_MASK || i == V_Y)
+        const int64_t len = i == V_EPS ? 1 : (i == V_X || i == V_G || i == V_Y)
                                                   ? n : (i == V_W || i == V_B) ? C : 2 * C;
         plain->v[i] = calloc((size_t)(len ? len : 1), sizeof(float));
         blk->v[i] = calloc((size_t)(len ? len : 1), sizeof(float));
     }
     lz_test_fill_uniform(plain->v[V_X], n, 1, -2, 3);
     lz_test_fill_uniform(plain->v[V_G], n, 2, -1, 1);
-    lz_test_fill_uniform(plain->v[V_MASK], n, 3, -2, 2);
     lz_test_fill_uniform(plain->v[V_W], C, 4, 0.5f, 1.5f);
     lz_test_fill_uniform(plain->v[V_B], C, 5, -0.5f, 0.5f);
     plain->v[V_EPS][0] = 1e-5f;
-    const int blocked4[] = {V_X, V_G, V_MASK};
-    for (int i = 0; i < 3; i++)
+    const int blocked4[] = {V_X, V_G};
+    for (int i = 0; i < 2; i++)
         lz_test_reblock(plain->v[blocked4[i]], blk->v[blocked4[i]], k->shape, k->b, 1);
     memcpy(blk->v[V_W], plain->v[V_W], sizeof(float) * (size_t)C);
     memcpy(blk->v[V_B], plain->v[V_B], sizeof(float) * (size_t)C);

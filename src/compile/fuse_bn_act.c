@@ -2,12 +2,13 @@
  * only a ReLU or hardtanh (ReLU6) reads, and the gradient of that
  * activation, becomes one batch-norm step that applies the activation as
  * it writes. The activation's own pass over memory (read y, write z) goes,
- * and so does y: the gradient step reads z instead, which gives the same
- * mask (z > 0 exactly where y > 0; lo < z < hi exactly where lo < y < hi;
- * NaN in both or neither). Backward, the activation's gradient runs inside
- * the batch norm's two gradient kernels, which read the mask and the
- * incoming gradient instead of a masked copy. Runs before the element-wise
- * fusion pass. */
+ * and so does y. Backward, the activation's gradient runs inside the batch
+ * norm's two gradient kernels: they read the incoming gradient instead of a
+ * masked copy, and recompute y from x, the statistics and the forward's
+ * weight and bias for the mask (backend/cpu/bn_act.h) instead of reading
+ * it, which gives the same mask as z (z > 0 exactly where y > 0; lo < z <
+ * hi exactly where lo < y < hi; NaN in both or neither). Runs before the
+ * element-wise fusion pass. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,18 +39,43 @@ static void remove_step(lz_program *p, int i)
     p->n_steps--;
 }
 
+/* The batch-norm step whose output is the mask value v and whose y the
+   gradient steps' kernels can recompute for it (the same x, statistics
+   and eps as gradient step b, and no other activation folded in than
+   act's), or NULL. */
+static const lz_step *mask_source(const lz_program *p, int v, const lz_step *act,
+                                  const lz_step *b)
+{
+    for (int j = 0; j < p->n_steps; j++) {
+        const lz_step *bn = &p->steps[j];
+        if (bn->out != v) continue;
+        if (bn->op != LZ_OP_BATCH_NORM) return NULL;
+        for (int k = 0; k < 3; k++)
+            if (bn->in[k] != b->in[k]) return NULL;
+        const int kind = act->op == LZ_OP_RELU_GRAD ? LZ_BN_ACT_RELU : LZ_BN_ACT_HARDTANH;
+        if (bn->iattr[2] == LZ_BN_ACT_NONE) return bn;
+        if (bn->iattr[2] != kind) return NULL;
+        return kind == LZ_BN_ACT_RELU ||
+               (bn->fattr[0] == act->fattr[0] && bn->fattr[1] == act->fattr[1]) ? bn : NULL;
+    }
+    return NULL;
+}
+
 /* Backward: an activation's gradient gy = act'(mask) * gz that only the
    batch norm's two gradient steps read (as their g) is computed inside
-   them from gz and the mask value, which each takes as an extra last
-   input. Its pass over memory (read 2, write 1) and gy's buffer go. */
+   them from gz and y recomputed, when the mask is a batch norm's output:
+   each takes the forward's weight and bias as extra last inputs. Its pass
+   over memory (read 2, write 1) and gy's buffer go, and the gradient
+   kernels read no mask. */
 static void fold_gradients(lz_program *p)
 {
     for (int i = 0; i < p->n_steps; i++) {
         const lz_step a = p->steps[i];
         const int gy = a.out;
-        /* the batch norm's kernels read gz and the mask whole, element by
-           element: a broadcast operand (the gradient of a mean, once its
-           expand is folded away) stays with the activation's own kernel */
+        /* the batch norm's kernels read gz whole, element by element, and
+           recompute the mask there: a broadcast operand (the gradient of a
+           mean, once its expand is folded away) stays with the
+           activation's own kernel */
         if (!is_activation_gradient(&a) || p->values[gy].kind != LZ_VALUE_TEMP ||
             p->values[gy].dtype != LZ_F32 || p->values[a.in[0]].numel != p->values[gy].numel ||
             p->values[a.in[1]].numel != p->values[gy].numel)
@@ -60,18 +86,24 @@ static void fold_gradients(lz_program *p)
                 if (p->steps[j].in[k] != gy) continue;
                 const lz_step *b = &p->steps[j];
                 ok = k == 3 && b->iattr[2] == 0 &&
-                     (b->op == LZ_OP_BATCH_NORM_GRAD_STATS || b->op == LZ_OP_BATCH_NORM_GRAD);
+                     (b->op == LZ_OP_BATCH_NORM_GRAD_STATS || b->op == LZ_OP_BATCH_NORM_GRAD) &&
+                     mask_source(p, a.in[0], &a, b);
                 readers++;
             }
         if (!ok || readers == 0) continue;
         for (int j = i + 1; j < p->n_steps; j++) {
             lz_step *b = &p->steps[j];
             if (b->n_in < 4 || b->in[3] != gy) continue;
-            int *in = realloc(b->in, sizeof *in * (size_t)(b->n_in + 1));
+            const lz_step *bn = mask_source(p, a.in[0], &a, b);
+            const int has_w = bn->iattr[0] != 0, has_b = bn->iattr[1] != 0;
+            int *in = realloc(b->in, sizeof *in * (size_t)(b->n_in + 2));
             assert(in);
             b->in = in;
             b->in[3] = a.in[1];
-            b->in[b->n_in++] = a.in[0];
+            if (has_w) b->in[b->n_in++] = bn->in[3];
+            if (has_b) b->in[b->n_in++] = bn->in[3 + has_w];
+            b->iattr[3] = has_w;
+            b->iattr[4] = has_b;
             b->iattr[2] = a.op == LZ_OP_RELU_GRAD ? LZ_BN_ACT_RELU : LZ_BN_ACT_HARDTANH;
             b->fattr[0] = a.op == LZ_OP_HARDTANH_GRAD ? a.fattr[0] : 0.0f;
             b->fattr[1] = a.op == LZ_OP_HARDTANH_GRAD ? a.fattr[1] : 0.0f;

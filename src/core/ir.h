@@ -82,7 +82,11 @@ typedef enum lz_op {
                                    fattr[0..1] hardtanh's bounds */
     LZ_OP_BATCH_NORM_GRAD_STATS,/* (x, stats, eps, g) -> [2, C]: sum g, sum g * xhat */
     LZ_OP_BATCH_NORM_GRAD,      /* (x, stats, eps, g, gstats[, weight]); iattr[0] has
-                                   weight -> dx, the gradient through the batch stats too */
+                                   weight -> dx, the gradient through the batch stats too.
+                                   Both gradients: iattr[2] a folded activation's
+                                   gradient applied to g first (LZ_BN_ACT_*, compiler
+                                   only), at y recomputed with the forward's weight and
+                                   bias, then the last inputs (iattr[3], iattr[4]: there) */
     LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
     LZ_OP_FUSED_ELEMENTWISE, /* made by the compiler only (compile/fuse.c): a chain of
                            element-wise steps run as one pass (lz_step.fused) */

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "backend/cpu/activation.h"
+#include "backend/cpu/bn_act.h"
 #include "backend/cpu/k_batch_norm_blocked.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
@@ -71,27 +71,41 @@ static double row_gdev(const float *g, const float *x, int64_t n, float m)
     return s;
 }
 
-/* out = the activation's gradient of g through the mask values (a batch
-   norm gradient step with an activation folded in: compile/fuse_bn_act.c);
-   out may be g's row. */
-static void act_grad_row(const lz_step *s, const float *mask, const float *g, int64_t n, float *out)
-{
-    const float lo = s->fattr[0], hi = s->fattr[1];
-    if (s->iattr[2] == LZ_BN_ACT_RELU)
-        for (int64_t i = 0; i < n; i++) out[i] = relu_grad_1(mask[i], g[i]);
-    else
-        for (int64_t i = 0; i < n; i++) out[i] = hardtanh_grad_1(mask[i], g[i], lo, hi);
-}
-
-/* The activation's mask values of a gradient step, or NULL without one. */
-static const float *act_mask(const lz_step *s, void *const *ptrs)
-{
-    return s->iattr[2] ? ptrs[s->in[s->n_in - 1]] : NULL;
-}
-
 static float inv_std(const float *stats, int64_t C, int64_t c, float eps)
 {
     return 1.0f / sqrtf(stats[C + c] + eps);
+}
+
+/* A gradient step's folded activation (compile/fuse_bn_act.c): act 0
+   without one. */
+typedef struct bn_fold {
+    int act;
+    const float *w, *b;      /* the forward's, NULL when it had none */
+    float lo, hi;
+} bn_fold;
+
+static bn_fold fold_of(const lz_step *s, void *const *ptrs)
+{
+    bn_fold f = {0};
+    f.act = bn_folded_act(s, ptrs, &f.w, &f.b);
+    f.lo = s->fattr[0];
+    f.hi = s->fattr[1];
+    return f;
+}
+
+/* out = g through the activation's gradient at y recomputed from channel
+   c's row x (bn_act.h); out may be g's row. */
+static void act_grad_row(const bn_fold *f, int64_t c, const float *x, const float *g, int64_t n,
+                         float m, float is, float *out)
+{
+    const float wc = f->w ? f->w[c] : 1.0f, bc = f->b ? f->b[c] : 0.0f;
+    const float lo = f->lo, hi = f->hi;
+    if (f->act == LZ_BN_ACT_RELU)
+        for (int64_t i = 0; i < n; i++)
+            out[i] = bn_act_grad(LZ_BN_ACT_RELU, bn_pre_act(x[i], m, is, wc, bc), g[i], lo, hi);
+    else
+        for (int64_t i = 0; i < n; i++)
+            out[i] = bn_act_grad(LZ_BN_ACT_HARDTANH, bn_pre_act(x[i], m, is, wc, bc), g[i], lo, hi);
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -157,7 +171,7 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
         const float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
         const float *xr = x + pl * d.S;
         float *yr = y + pl * d.S;
-        for (int64_t i = 0; i < d.S; i++) yr[i] = (xr[i] - m) * is * wc + bc;
+        for (int64_t i = 0; i < d.S; i++) yr[i] = bn_pre_act(xr[i], m, is, wc, bc);
         /* the activation folded in by the compiler */
         if (act == LZ_BN_ACT_RELU)
             for (int64_t i = 0; i < d.S; i++) yr[i] = relu_1(yr[i]);
@@ -177,7 +191,7 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
     const float eps = *(const float *)ptrs[s->in[2]];
     float *gs = ptrs[s->out];
-    const float *mask = act_mask(s, ptrs);
+    const bn_fold f = fold_of(s, ptrs);
     const int64_t total = d.N * d.C * d.S;
     if (d.S < SMALL_S) {
         double *acc = calloc((size_t)(2 * d.C), sizeof *acc);
@@ -187,7 +201,7 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
                 for (int64_t i = 0; i < d.S; i++) {
                     int64_t k = (n * d.C + c) * d.S + i;
                     float gk = g[k];
-                    if (mask) act_grad_row(s, mask + k, g + k, 1, &gk);
+                    if (f.act) act_grad_row(&f, c, x + k, g + k, 1, st[c], inv_std(st, d.C, c, eps), &gk);
                     acc[c] += gk;
                     acc[d.C + c] += (double)gk * (x[k] - st[c]);
                 }
@@ -204,16 +218,16 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
         double sg = 0, sgx = 0;
         const float m = st[c];
         /* a masked row is made in the thread's scratch, in cache, then summed */
-        float *row = mask ? lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)d.S) : NULL;
-        if (mask && !row) {
+        float *row = f.act ? lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)d.S) : NULL;
+        if (f.act && !row) {
             oom = 1;
             continue;
         }
         for (int64_t n = 0; n < d.N; n++) {
             const int64_t off = (n * d.C + c) * d.S;
             const float *gr = g + off;
-            if (mask) {
-                act_grad_row(s, mask + off, gr, d.S, row);
+            if (f.act) {
+                act_grad_row(&f, c, x + off, gr, d.S, m, inv_std(st, d.C, c, eps), row);
                 gr = row;
             }
             sg += row_sum(gr, d.S);
@@ -235,7 +249,7 @@ static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const 
     const float eps = *(const float *)ptrs[s->in[2]];
     const float *w = s->iattr[0] ? ptrs[s->in[5]] : NULL;
     float *dx = ptrs[s->out];
-    const float *mask = act_mask(s, ptrs);
+    const bn_fold f = fold_of(s, ptrs);
     const int64_t planes = d.N * d.C;
     const float inv_m = 1.0f / (float)(d.N * d.S);
     #pragma omp parallel for schedule(static) if (planes * d.S > PAR_MIN && planes > 1)
@@ -246,8 +260,8 @@ static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const 
         const float mg = gs[c] * inv_m, mgx = gs[d.C + c] * inv_m;
         const float *xr = x + pl * d.S, *gr = g + pl * d.S;
         float *o = dx + pl * d.S;
-        if (mask) {   /* the masked gradient goes through dx's row */
-            act_grad_row(s, mask + pl * d.S, gr, d.S, o);
+        if (f.act) {   /* the masked gradient goes through dx's row */
+            act_grad_row(&f, c, xr, gr, d.S, m, is, o);
             gr = o;
         }
         for (int64_t i = 0; i < d.S; i++) o[i] = a * (gr[i] - mg - (xr[i] - m) * is * mgx);

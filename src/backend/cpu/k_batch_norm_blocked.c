@@ -1,7 +1,7 @@
 /* CPU kernels for fused training-mode batch norm (k_batch_norm.c) when x
- * is channel-blocked (lz_value.block = b: [N, C/b, H, W, b]). g, the
- * folded activation's mask and the 4-d result are blocked as x is; the
- * statistics, eps, weight and bias stay plain.
+ * is channel-blocked (lz_value.block = b: [N, C/b, H, W, b]). g and the
+ * 4-d result are blocked as x is; the statistics, eps, weight and bias
+ * stay plain. A folded activation's mask is recomputed (bn_act.h).
  *
  * A block's b channels sit side by side at each pixel, so the loops walk
  * pixels with one channel a lane, the per-channel constants and sums of a
@@ -17,7 +17,7 @@
  * same loops with a variable one. */
 #include <math.h>
 
-#include "backend/cpu/activation.h"
+#include "backend/cpu/bn_act.h"
 #include "backend/cpu/k_batch_norm_blocked.h"
 
 #define PAR_MIN 32768   /* as in k_batch_norm.c */
@@ -48,11 +48,6 @@ static const char *dims_of(const lz_program *p, const lz_step *s, const int *vs,
 
 static inline int group_width(int B, int l0) { return B - l0 < LANES ? B - l0 : LANES; }
 
-/* The activation's mask values of a gradient step, or NULL without one. */
-static const float *act_mask(const lz_step *s, void *const *ptrs)
-{
-    return s->iattr[2] ? ptrs[s->in[s->n_in - 1]] : NULL;
-}
 
 static inline void flush(float *a, double *acc, int L)
 {
@@ -150,7 +145,7 @@ static inline void apply_group(const float *x, float *y, int64_t S, int B, int L
         #pragma omp simd
         for (int k = 0; k < L; k++) {
             /* the plain kernel's order: ((x - mean) * invstd) * w + b */
-            float v = (x[i * B + k] - m[k]) * is[k] * wc[k] + bc[k];
+            float v = bn_pre_act(x[i * B + k], m[k], is[k], wc[k], bc[k]);
             if (act == LZ_BN_ACT_RELU) v = relu_1(v);
             else if (act == LZ_BN_ACT_HARDTANH) v = hardtanh_1(v, lo, hi);
             y[i * B + k] = v;
@@ -212,20 +207,35 @@ const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_step *s, void 
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* The activation's gradient of g through the mask value, as the plain
-   kernel's act_grad_row gives it. */
-static inline float act_grad(int act, float mask, float g, float lo, float hi)
+/* A block's lanes' constants: mean, 1/std, and the forward's weight and
+   bias a folded activation's y is recomputed with (1 and 0 without). */
+typedef struct lanes {
+    float m[LANES], is[LANES], wc[LANES], bc[LANES];
+} lanes;
+
+static inline void lanes_of(lanes *l, const bn_dims *d, int64_t c0, int L, const float *st,
+                            float eps, const float *fw, const float *fb)
 {
-    if (act == LZ_BN_ACT_RELU) return relu_grad_1(mask, g);
-    if (act == LZ_BN_ACT_HARDTANH) return hardtanh_grad_1(mask, g, lo, hi);
-    return g;
+    for (int k = 0; k < L; k++) {
+        const int64_t c = c0 + k;
+        l->m[k] = st[c];
+        l->is[k] = 1.0f / sqrtf(st[d->C + c] + eps);
+        l->wc[k] = fw ? fw[c] : 1.0f;
+        l->bc[k] = fb ? fb[c] : 0.0f;
+    }
+}
+
+/* g at element j of lane k, through the folded activation's gradient */
+static inline float lane_grad(int act, const lanes *l, int k, float x, float g, float lo, float hi)
+{
+    if (act == LZ_BN_ACT_NONE) return g;
+    return bn_act_grad(act, bn_pre_act(x, l->m[k], l->is[k], l->wc[k], l->bc[k]), g, lo, hi);
 }
 
 /* Per lane: sg = sum g, sgx = sum g * (x - m), g through the activation
    first. Pointers and ns as lane_sums'. */
-static inline void gstats_group(const float *x, const float *g, const float *mask,
-                                const bn_dims *d, int64_t ns, int B, int L,
-                                const float *restrict m, int act, float lo, float hi,
+static inline void gstats_group(const float *x, const float *g, const bn_dims *d, int64_t ns,
+                                int B, int L, const lanes *l, int act, float lo, float hi,
                                 double *restrict sg, double *restrict sgx)
 {
     float a[LANES] = {0}, ax[LANES] = {0};
@@ -237,7 +247,7 @@ static inline void gstats_group(const float *x, const float *g, const float *mas
         for (int64_t i0 = 0; i0 < d->S; i0 += CHUNK) {
             const int64_t len = d->S - i0 < CHUNK ? d->S - i0 : CHUNK;
             const int64_t off = n * ns + i0 * B;
-            const float *xp = x + off, *gp = g + off, *mp = act ? mask + off : NULL;
+            const float *xp = x + off, *gp = g + off;
             if (held + len > CHUNK) {
                 flush(a, sg, L);
                 flush(ax, sgx, L);
@@ -246,9 +256,9 @@ static inline void gstats_group(const float *x, const float *g, const float *mas
             for (int64_t i = 0; i < len; i++)
                 for (int k = 0; k < L; k++) {
                     const int64_t j = i * B + k;
-                    const float gk = act ? act_grad(act, mp[j], gp[j], lo, hi) : gp[j];
+                    const float gk = lane_grad(act, l, k, xp[j], gp[j], lo, hi);
                     a[k] += gk;
-                    ax[k] += gk * (xp[j] - m[k]);
+                    ax[k] += gk * (xp[j] - l->m[k]);
                 }
             held += len;
         }
@@ -257,24 +267,22 @@ static inline void gstats_group(const float *x, const float *g, const float *mas
 }
 
 static inline void gstats_block(const lz_step *s, const bn_dims *d, int64_t cb, int B,
-                                const float *x, const float *g, const float *mask,
-                                const float *st, float eps, float *gs)
+                                const float *x, const float *g, const float *st, float eps,
+                                int act, const float *fw, const float *fb, float *gs)
 {
     const float lo = s->fattr[0], hi = s->fattr[1];
-    const int act = mask ? (int)s->iattr[2] : LZ_BN_ACT_NONE;
     for (int l0 = 0; l0 < B; l0 += LANES) {
         const int L = group_width(B, l0);
         const int64_t c0 = cb * B + l0, at = cb * d->S * B + l0, ns = d->CB * d->S * B;
-        const float *mk = mask ? mask + at : NULL;
         double sg[LANES], sgx[LANES];
-        float m[LANES];
-        for (int k = 0; k < L; k++) m[k] = st[c0 + k];
+        lanes l;
+        lanes_of(&l, d, c0, L, st, eps, fw, fb);
         if (act == LZ_BN_ACT_RELU)
-            gstats_group(x + at, g + at, mk, d, ns, B, L, m, LZ_BN_ACT_RELU, lo, hi, sg, sgx);
+            gstats_group(x + at, g + at, d, ns, B, L, &l, LZ_BN_ACT_RELU, lo, hi, sg, sgx);
         else if (act == LZ_BN_ACT_HARDTANH)
-            gstats_group(x + at, g + at, mk, d, ns, B, L, m, LZ_BN_ACT_HARDTANH, lo, hi, sg, sgx);
+            gstats_group(x + at, g + at, d, ns, B, L, &l, LZ_BN_ACT_HARDTANH, lo, hi, sg, sgx);
         else
-            gstats_group(x + at, g + at, NULL, d, ns, B, L, m, LZ_BN_ACT_NONE, lo, hi, sg, sgx);
+            gstats_group(x + at, g + at, d, ns, B, L, &l, LZ_BN_ACT_NONE, lo, hi, sg, sgx);
         for (int k = 0; k < L; k++) {
             const int64_t c = c0 + k;
             gs[c] = (float)sg[k];
@@ -287,26 +295,26 @@ static inline void gstats_block(const lz_step *s, const bn_dims *d, int64_t cb, 
 const char *lz_cpu_bn_grad_stats_blocked(const lz_program *p, const lz_step *s,
                                          void *const *ptrs)
 {
-    const float *mask = act_mask(s, ptrs);
-    const int vs[2] = {s->in[3], s->in[s->n_in - 1]};
+    const float *fw, *fb;
+    const int act = bn_folded_act(s, ptrs, &fw, &fb);
+    const int vs[1] = {s->in[3]};
     bn_dims d;
-    const char *err = dims_of(p, s, vs, mask ? 2 : 1, &d);
+    const char *err = dims_of(p, s, vs, 1, &d);
     if (err) return err;
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
     const float eps = *(const float *)ptrs[s->in[2]];
     float *gs = ptrs[s->out];
     #pragma omp parallel for schedule(static) if (d.N * d.C * d.S > PAR_MIN && d.CB > 1)
     for (int64_t cb = 0; cb < d.CB; cb++) {
-        if (d.B == 16) gstats_block(s, &d, cb, 16, x, g, mask, st, eps, gs);
-        else if (d.B == 8) gstats_block(s, &d, cb, 8, x, g, mask, st, eps, gs);
-        else gstats_block(s, &d, cb, (int)d.B, x, g, mask, st, eps, gs);
+        if (d.B == 16) gstats_block(s, &d, cb, 16, x, g, st, eps, act, fw, fb, gs);
+        else if (d.B == 8) gstats_block(s, &d, cb, 8, x, g, st, eps, act, fw, fb, gs);
+        else gstats_block(s, &d, cb, (int)d.B, x, g, st, eps, act, fw, fb, gs);
     }
     return NULL;
 }
 
-static inline void grad_group(const float *x, const float *g, const float *mask, float *o,
-                              int64_t S, int B, int L, const float *restrict m,
-                              const float *restrict is, const float *restrict a,
+static inline void grad_group(const float *x, const float *g, float *o, int64_t S, int B, int L,
+                              const lanes *l, const float *restrict a,
                               const float *restrict mg, const float *restrict mgx, int act,
                               float lo, float hi)
 {
@@ -314,51 +322,47 @@ static inline void grad_group(const float *x, const float *g, const float *mask,
         #pragma omp simd
         for (int k = 0; k < L; k++) {
             const int64_t j = i * B + k;
-            const float gk = act ? act_grad(act, mask[j], g[j], lo, hi) : g[j];
-            o[j] = a[k] * (gk - mg[k] - (x[j] - m[k]) * is[k] * mgx[k]);
+            const float gk = lane_grad(act, l, k, x[j], g[j], lo, hi);
+            o[j] = a[k] * (gk - mg[k] - (x[j] - l->m[k]) * l->is[k] * mgx[k]);
         }
 }
 
-/* Pointers at the block's first pixel in one sample; mask NULL without
-   an activation. */
+/* Pointers at the block's first pixel in one sample. */
 static inline void grad_block(const lz_step *s, const bn_dims *d, int64_t cb, int B,
-                              const float *x, const float *g, const float *mask, float *o,
-                              const float *st, const float *gs, const float *w, float eps,
-                              float inv_m)
+                              const float *x, const float *g, float *o, const float *st,
+                              const float *gs, const float *w, float eps, float inv_m, int act,
+                              const float *fw, const float *fb)
 {
     const float lo = s->fattr[0], hi = s->fattr[1];
-    const int act = mask ? (int)s->iattr[2] : LZ_BN_ACT_NONE;
     for (int l0 = 0; l0 < B; l0 += LANES) {
         const int L = group_width(B, l0);
-        const float *mk = mask ? mask + l0 : NULL;
-        float m[LANES], is[LANES], a[LANES], mg[LANES], mgx[LANES];
+        lanes l;
+        float a[LANES], mg[LANES], mgx[LANES];
+        lanes_of(&l, d, cb * B + l0, L, st, eps, fw, fb);
         for (int k = 0; k < L; k++) {
             const int64_t c = cb * B + l0 + k;
-            m[k] = st[c];
-            is[k] = 1.0f / sqrtf(st[d->C + c] + eps);
-            a[k] = (w ? w[c] : 1.0f) * is[k];
+            a[k] = (w ? w[c] : 1.0f) * l.is[k];
             mg[k] = gs[c] * inv_m;
             mgx[k] = gs[d->C + c] * inv_m;
         }
         if (act == LZ_BN_ACT_RELU)
-            grad_group(x + l0, g + l0, mk, o + l0, d->S, B, L, m, is, a, mg, mgx,
-                       LZ_BN_ACT_RELU, lo, hi);
+            grad_group(x + l0, g + l0, o + l0, d->S, B, L, &l, a, mg, mgx, LZ_BN_ACT_RELU, lo, hi);
         else if (act == LZ_BN_ACT_HARDTANH)
-            grad_group(x + l0, g + l0, mk, o + l0, d->S, B, L, m, is, a, mg, mgx,
-                       LZ_BN_ACT_HARDTANH, lo, hi);
+            grad_group(x + l0, g + l0, o + l0, d->S, B, L, &l, a, mg, mgx, LZ_BN_ACT_HARDTANH,
+                       lo, hi);
         else
-            grad_group(x + l0, g + l0, NULL, o + l0, d->S, B, L, m, is, a, mg, mgx,
-                       LZ_BN_ACT_NONE, lo, hi);
+            grad_group(x + l0, g + l0, o + l0, d->S, B, L, &l, a, mg, mgx, LZ_BN_ACT_NONE, lo, hi);
     }
 }
 
 /* dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)) */
 const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
-    const float *mask = act_mask(s, ptrs);
-    const int vs[3] = {s->out, s->in[3], s->in[s->n_in - 1]};
+    const float *fw, *fb;
+    const int act = bn_folded_act(s, ptrs, &fw, &fb);
+    const int vs[2] = {s->out, s->in[3]};
     bn_dims d;
-    const char *err = dims_of(p, s, vs, mask ? 3 : 2, &d);
+    const char *err = dims_of(p, s, vs, 2, &d);
     if (err) return err;
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
     const float *gs = ptrs[s->in[4]];
@@ -370,13 +374,13 @@ const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_step *s, void *
     #pragma omp parallel for schedule(static) if (planes * plane > PAR_MIN && planes > 1)
     for (int64_t pl = 0; pl < planes; pl++) {
         const int64_t cb = pl % d.CB, at = pl * plane;
-        const float *mk = mask ? mask + at : NULL;
         if (d.B == 16)
-            grad_block(s, &d, cb, 16, x + at, g + at, mk, dx + at, st, gs, w, eps, inv_m);
+            grad_block(s, &d, cb, 16, x + at, g + at, dx + at, st, gs, w, eps, inv_m, act, fw, fb);
         else if (d.B == 8)
-            grad_block(s, &d, cb, 8, x + at, g + at, mk, dx + at, st, gs, w, eps, inv_m);
+            grad_block(s, &d, cb, 8, x + at, g + at, dx + at, st, gs, w, eps, inv_m, act, fw, fb);
         else
-            grad_block(s, &d, cb, (int)d.B, x + at, g + at, mk, dx + at, st, gs, w, eps, inv_m);
+            grad_block(s, &d, cb, (int)d.B, x + at, g + at, dx + at, st, gs, w, eps, inv_m, act,
+                       fw, fb);
     }
     return NULL;
 }

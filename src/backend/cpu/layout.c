@@ -81,8 +81,6 @@ void lz_cpu_operand_layouts(const lz_program *p, const lz_step *s, int b, uint8_
             how[s->n_in] = LZ_TAKES_STEP_LAYOUT;
         if (s->op == LZ_OP_BATCH_NORM_GRAD_STATS || s->op == LZ_OP_BATCH_NORM_GRAD)
             how[3] = LZ_TAKES_STEP_LAYOUT;   /* g */
-        if (s->op != LZ_OP_BATCH_NORM && s->op != LZ_OP_BATCH_NORM_STATS && s->iattr[2])
-            how[s->n_in - 1] = LZ_TAKES_STEP_LAYOUT;   /* the folded activation's mask */
         break;
     case LZ_OP_MAX_POOL2D:
     case LZ_OP_MAX_POOL2D_GRAD:

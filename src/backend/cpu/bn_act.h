@@ -1,0 +1,41 @@
+/* What the batch-norm kernels share about a folded activation
+ * (compile/fuse_bn_act.c): the forward writes act(y) with y computed by
+ * bn_pre_act, and the gradient kernels recompute y from x, the statistics
+ * and the forward's weight and bias by the same expression, so their mask
+ * is bitwise the one the forward's output would give (y > 0 exactly where
+ * relu(y) > 0, lo < y < hi exactly where lo < hardtanh(y) < hi, NaN in
+ * both or neither) without reading a 4-byte mask per element. */
+#ifndef LZ_CPU_BN_ACT_H
+#define LZ_CPU_BN_ACT_H
+
+#include "backend/cpu/activation.h"
+#include "compile/program.h"
+
+/* The normalised, scaled and shifted value, in the composed form's order:
+   ((x - mean) * invstd) * w + b. */
+static inline float bn_pre_act(float x, float m, float is, float wc, float bc)
+{
+    return (x - m) * is * wc + bc;
+}
+
+/* g through the activation's gradient at pre-activation y. */
+static inline float bn_act_grad(int act, float y, float g, float lo, float hi)
+{
+    if (act == LZ_BN_ACT_RELU) return relu_grad_1(y, g);
+    if (act == LZ_BN_ACT_HARDTANH) return hardtanh_grad_1(y, g, lo, hi);
+    return g;
+}
+
+/* A gradient step's folded activation (iattr[2]) and the forward's weight
+   and bias it recomputes y with: its last inputs, iattr[3] and iattr[4]
+   saying which are there (NULL: 1 and 0). */
+static inline int bn_folded_act(const lz_step *s, void *const *ptrs, const float **fw,
+                                const float **fb)
+{
+    const int has_w = s->iattr[3] != 0, has_b = s->iattr[4] != 0;
+    *fw = s->iattr[2] && has_w ? ptrs[s->in[s->n_in - has_w - has_b]] : NULL;
+    *fb = s->iattr[2] && has_b ? ptrs[s->in[s->n_in - 1]] : NULL;
+    return (int)s->iattr[2];
+}
+
+#endif
