@@ -48,7 +48,6 @@ static const char *dims_of(const lz_program *p, const lz_step *s, const int *vs,
 
 static inline int group_width(int B, int l0) { return B - l0 < LANES ? B - l0 : LANES; }
 
-
 static inline void flush(float *a, double *acc, int L)
 {
     for (int k = 0; k < L; k++) {
@@ -286,7 +285,7 @@ static inline void gstats_block(const lz_step *s, const bn_dims *d, int64_t cb, 
         for (int k = 0; k < L; k++) {
             const int64_t c = c0 + k;
             gs[c] = (float)sg[k];
-            gs[d->C + c] = (float)(sgx[k] * (1.0f / sqrtf(st[d->C + c] + eps)));
+            gs[d->C + c] = (float)(sgx[k] * l.is[k]);
         }
     }
 }
