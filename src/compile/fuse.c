@@ -18,22 +18,6 @@
 
 #include "compile/executable.h"
 
-static int forced = -1;
-
-int lz_fusion_enabled(void)
-{
-    static int from_env = -1;
-    if (forced >= 0) return forced;
-    if (from_env < 0) {
-        const char *env = getenv("LZ_FUSION");
-        from_env = !(env && env[0] == '0' && env[1] == '\0');
-    }
-    return from_env;
-}
-
-void lz_fusion_set(int on) { forced = on < 0 ? -1 : !!on; }
-
-
 static int fusable(const lz_program *p, const lz_step *s)
 {
     /* the element-wise kernel's formulas; where (3 operands) stays unfused */

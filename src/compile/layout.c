@@ -23,21 +23,6 @@
 #include "backend/backend.h"
 #include "compile/program.h"
 
-static int forced = -1;
-
-int lz_blocked_layouts_enabled(void)
-{
-    static int from_env = -1;
-    if (forced >= 0) return forced;
-    if (from_env < 0) {
-        const char *env = getenv("LZ_BLOCKED");
-        from_env = !(env && env[0] == '0' && env[1] == '\0');
-    }
-    return from_env;
-}
-
-void lz_blocked_layouts_set(int on) { forced = on < 0 ? -1 : !!on; }
-
 static int is_4d_f32(const lz_value *v) { return v->dtype == LZ_F32 && v->ndim == 4; }
 
 /* Same bytes in both layouts: one pixel a channel (a global pool's output). */

@@ -134,14 +134,13 @@ struct lz_backend;
    blocked, as the backend reports (compile/layout.c), unless blocked
    layouts are off. Runs after lz_plan_views. */
 void lz_plan_layouts(lz_program *p, const struct lz_backend *be);
-/* Whether lz_plan_layouts marks any: LZ_BLOCKED=0 in the environment (read
-   once) turns them off; lz_blocked_layouts_set overrides that (1, 0, -1
-   back to the environment) for tests and benchmarks. */
+/* Whether lz_plan_layouts marks any, and whether lz_fuse fuses
+   (switches.c): LZ_BLOCKED=0 and LZ_FUSION=0 in the environment (read
+   once) turn them off; the _set functions override that (1 on, 0 off, -1
+   back to the environment) for tests and benchmarks. Executables already
+   compiled keep their steps. */
 int  lz_blocked_layouts_enabled(void);
 void lz_blocked_layouts_set(int on);
-/* Whether lz_fuse fuses: LZ_FUSION=0 in the environment (read once) turns
-   it off; lz_fusion_set overrides that (1 on, 0 off, -1 back to the
-   environment) for tests. Executables already compiled keep their steps. */
 int  lz_fusion_enabled(void);
 void lz_fusion_set(int on);
 

@@ -1,0 +1,32 @@
+/* The compiler passes that can be turned off (program.h): each reads its
+ * environment variable once ("0" turns it off), and tests and benchmarks
+ * override it without touching the environment. Executables already
+ * compiled keep what they were compiled with. */
+#include <stdlib.h>
+
+#include "compile/program.h"
+
+typedef struct pass_switch {
+    const char *env;
+    int forced;      /* -1: the environment decides */
+    int from_env;    /* -1: not read yet */
+} pass_switch;
+
+static pass_switch fusion = {"LZ_FUSION", -1, -1}, blocked = {"LZ_BLOCKED", -1, -1};
+
+static int switch_on(pass_switch *s)
+{
+    if (s->forced >= 0) return s->forced;
+    if (s->from_env < 0) {
+        const char *env = getenv(s->env);
+        s->from_env = !(env && env[0] == '0' && env[1] == '\0');
+    }
+    return s->from_env;
+}
+
+static void switch_set(pass_switch *s, int on) { s->forced = on < 0 ? -1 : !!on; }
+
+int  lz_fusion_enabled(void) { return switch_on(&fusion); }
+void lz_fusion_set(int on) { switch_set(&fusion, on); }
+int  lz_blocked_layouts_enabled(void) { return switch_on(&blocked); }
+void lz_blocked_layouts_set(int on) { switch_set(&blocked, on); }
