@@ -3,14 +3,16 @@
  * values read back are plain NCHW / OIHW whatever layout the primitive
  * used inside, a training step is still one execution, steps oneDNN
  * is not used for (1x1) make no primitive, the tuned choice is timed
- * once per step shape, and oneDNN's buffers are the step's scratch in the
- * executable's arena. */
+ * once per step shape, oneDNN's buffers are the step's scratch in the
+ * executable's arena, and the weight gradients of small blocked planes run
+ * on k_conv.c's rows with the values of plain layouts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
 #include "compile/executable.h"
+#include "compile/program.h"
 #include "core/cache.h"
 #include "core/graph.h"
 #include "core/tensor.h"
@@ -274,6 +276,105 @@ static void check_scratch_in_arena(void)
     }
 }
 
+/* Weight-gradient calls of (library) in the profile. */
+static int64_t grad_weight_calls(int library)
+{
+    lz_profile_entry e[64];
+    const int n = lz_profile_read(e, 64);
+    int64_t calls = 0;
+    for (int i = 0; i < n && i < 64; i++)
+        if (!strcmp(e[i].op, "conv2d_grad_weight") && e[i].library == library) calls += e[i].calls;
+    return calls;
+}
+
+/* Four convolutions whose activations go channel-blocked: 3x3 at 12x12
+   (288 output pixels over the batch: oneDNN's weight gradient), then at
+   6x6 (72 pixels: k_conv.c's rows) a strided 1x1 (columns gathered), a
+   3x3 (im2col) and a 1x1 (the rows are the columns). Loss and weight
+   gradients against the plain-layout executable's; blocked: how many
+   weight-gradient steps had a blocked operand, and the profile's calls. */
+typedef struct rows_run { float *v[5]; int blocked; int64_t lazyc, onednn, executions; } rows_run;
+
+static void rows_step(int blocked, rows_run *r)
+{
+    memset(r, 0, sizeof *r);
+    lz_dnnl_conv_set(1);
+    lz_blocked_layouts_set(blocked);
+    lz_cache_clear();
+    const int64_t xs[4] = {2, 16, 12, 12}, w1s[4] = {32, 16, 3, 3}, w2s[4] = {32, 32, 1, 1},
+                  w3s[4] = {32, 32, 3, 3}, w4s[4] = {16, 32, 1, 1};
+    lz_tensor *x = lz_test_rand(61, -1, 1, 4, xs);
+    lz_tensor *w[4] = {lz_test_rand(62, -0.3f, 0.3f, 4, w1s), lz_test_rand(63, -0.3f, 0.3f, 4, w2s),
+                       lz_test_rand(64, -0.2f, 0.2f, 4, w3s), lz_test_rand(65, -0.3f, 0.3f, 4, w4s)};
+    for (int k = 0; k < 4; k++) lz_requires_grad(w[k], 1);
+    const lz_conv2d_opts pad = {.padding = {1, 1}}, s2 = {.stride = {2, 2}}, none = {0};
+    lz_scope_begin();
+    lz_tensor *h = lz_relu(lz_conv2d(x, w[0], NULL, pad));
+    h = lz_relu(lz_conv2d(h, w[1], NULL, s2));
+    h = lz_relu(lz_conv2d(h, w[2], NULL, pad));
+    h = lz_conv2d(h, w[3], NULL, none);
+    lz_tensor *loss = lz_keep(lz_sum(lz_mul(h, h)));
+    CHECK(lz_backward(loss) == 0);
+    lz_scope_end();
+    lz_tensor *read[5] = {loss, lz_grad(w[0]), lz_grad(w[1]), lz_grad(w[2]), lz_grad(w[3])};
+    lz_node *roots[5];
+    for (int k = 0; k < 5; k++) roots[k] = read[k]->node;
+    lz_graph g;
+    lz_graph_cut(&g, roots, 5);
+    lz_executable *e = lz_compile(&g);
+    CHECK(e != NULL);
+    for (int i = 0; e && i < e->prog.n_steps; i++) {
+        const lz_step *st = &e->prog.steps[i];
+        if (st->op == LZ_OP_CONV2D_GRAD_WEIGHT)
+            r->blocked += e->prog.values[st->in[0]].block || e->prog.values[st->in[1]].block;
+    }
+    if (e) lz_cache_insert(e);
+    lz_executable_unref(e);
+    lz_graph_release(&g);
+    lz_metrics m0 = lz_metrics_get();
+    lz_profile_reset();
+    lz_profile_enable(1);
+    CHECK(lz_sync(read, 5, 1) == 0);
+    lz_profile_enable(0);
+    r->executions = lz_metrics_get().executions - m0.executions;
+    r->lazyc = grad_weight_calls(0);
+    r->onednn = grad_weight_calls(1);
+    for (int k = 0; k < 5; k++) r->v[k] = lz_test_read(read[k]);
+    lz_free(loss);
+    for (int k = 0; k < 4; k++) lz_free(w[k]);
+    lz_free(x);
+    lz_blocked_layouts_set(-1);
+}
+
+static void check_blocked_grad_weight_rows(void)
+{
+    lz_dnnl_conv_set(1);   /* blocked layouts are oneDNN's */
+    if (!lz_cpu_layout_block()) {
+        fprintf(stderr, "test_conv_dnnl: NOT CHECKED: rows of blocked activations (this CPU "
+                        "has no blocked layout for oneDNN)\n");
+        return;
+    }
+    rows_run b, p;
+    rows_step(1, &b);
+    rows_step(0, &p);
+    CHECK_EQ_I(b.blocked, 4);
+    CHECK_EQ_I(b.lazyc, 3);
+    CHECK_EQ_I(b.onednn, 1);
+    CHECK_EQ_I(b.executions, 1);
+    CHECK_EQ_I(p.blocked, 0);
+    const int64_t n[5] = {1, 32 * 16 * 9, 32 * 32, 32 * 32 * 9, 16 * 32};
+    for (int k = 0; k < 5; k++) {
+        CHECK(b.v[k] && p.v[k]);
+        if (b.v[k] && p.v[k]) {
+            const double err = lz_test_rel_err(b.v[k], p.v[k], n[k]);
+            if (err > TOL) fprintf(stderr, "blocked rows, result %d: rel err %g\n", k, err);
+            CHECK(err <= TOL);
+        }
+        free(b.v[k]);
+        free(p.v[k]);
+    }
+}
+
 int main(void)
 {
     check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
@@ -317,6 +418,7 @@ int main(void)
     check_tuned((int64_t[]){2, 256, 8, 8}, (int64_t[]){512, 256, 1, 1}, (lz_conv2d_opts){0}, 1,
                 "tuned 1x1");
     check_scratch_in_arena();
+    check_blocked_grad_weight_rows();
     lz_dnnl_conv_set(-1);
     lz_shutdown();
     return lz_test_done();

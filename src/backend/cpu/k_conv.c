@@ -484,6 +484,73 @@ static const char *conv2d_grad_weight(const lz_program *p, const lz_step *s, voi
     return failed ? err : NULL;
 }
 
+/* The step's (x, w, y) values, whichever direction. */
+static geom step_geom(const lz_program *p, const lz_step *s)
+{
+    const lz_value *a = &p->values[s->in[0]], *b = &p->values[s->in[1]], *o = &p->values[s->out];
+    if (s->op == LZ_OP_CONV2D) return make_geom(a, b, o, s);
+    if (s->op == LZ_OP_CONV2D_GRAD_INPUT) return make_geom(o, b, a, s);
+    return make_geom(a, o, b, s);
+}
+
+/* ---- the weight gradient of channel-blocked activations --------------- */
+
+/* [N, C/b, P, b] (b = 1: plain [N, C, P]) into rows: channel c of image n
+   goes to dst + c*cs + n*ns, its P elements side by side. */
+static void unblock_rows(const float *src, int64_t N, int64_t C, int64_t P, int b, float *dst,
+                         int64_t cs, int64_t ns)
+{
+    const int64_t CB = C / b;
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)N * C * P > PAR_MIN)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t cb = 0; cb < CB; cb++) {
+            const float *tile = src + (n * CB + cb) * P * b;
+            for (int l = 0; l < b; l++) {
+                float *row = dst + (cb * b + l) * cs + n * ns;
+                for (int64_t q = 0; q < P; q++) row[q] = tile[q * b + l];
+            }
+        }
+}
+
+size_t lz_cpu_conv_grad_weight_rows_bytes(const lz_program *p, const lz_step *s)
+{
+    geom g = step_geom(p, s);
+    const int64_t NP = g.N * g.P;
+    int64_t floats = g.O * NP;                              /* gy as [O, N*P] */
+    if (g.direct_1x1) floats += g.C * NP;                   /* x as [C, N*P] */
+    else floats += g.K * NP + (p->values[s->in[0]].block ? g.N * g.C * g.H * g.W : 0);
+    return sizeof(float) * (size_t)floats;
+}
+
+const char *lz_cpu_conv_grad_weight_rows(const lz_program *p, const lz_step *s,
+                                         void *const *ptrs, void *scratch)
+{
+    const lz_value *vx = &p->values[s->in[0]], *vg = &p->values[s->in[1]], *vw = &p->values[s->out];
+    geom g = make_geom(vx, vw, vg, s);
+    const float *x = ptrs[s->in[0]], *gy = ptrs[s->in[1]];
+    float *dw = ptrs[s->out];
+    if (!scratch) return "lz_conv2d (grad weight): no scratch for the unblocked rows";
+    const int64_t NP = g.N * g.P;
+    float *cat = scratch, *col = cat + g.O * NP;
+    unblock_rows(gy, g.N, g.O, g.P, vg->block ? vg->block : 1, cat, NP, g.P);
+    const float *xp = x;
+    if (g.direct_1x1) {
+        unblock_rows(x, g.N, g.C, g.P, vx->block ? vx->block : 1, col, NP, g.P);
+    } else if (vx->block) {
+        float *plain = col + g.K * NP;
+        unblock_rows(x, g.N, g.C, g.H * g.W, vx->block, plain, g.H * g.W, g.C * g.H * g.W);
+        xp = plain;
+    }
+    for (int64_t gi = 0; gi < g.G; gi++) {
+        if (!g.direct_1x1) gather_cols(&g, xp, gi, col);
+        const float *cg = g.direct_1x1 ? col + gi * g.Cg * NP : col;
+        if (dnnl_sgemm('N', 'T', g.Og, g.K, NP, 1.0f, cat + gi * g.Og * NP, NP, cg, NP, 0.0f,
+                       dw + gi * g.Og * g.K, g.K) != dnnl_success)
+            return "lz_conv2d (grad weight): dnnl_sgemm failed";
+    }
+    return NULL;
+}
+
 const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
                             lz_conv_path path)
 {
@@ -497,15 +564,6 @@ const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *
     case LZ_OP_CONV2D_GRAD_WEIGHT: return conv2d_grad_weight(p, s, ptrs, path);
     default: return "lz_conv2d: not a convolution step";
     }
-}
-
-/* The step's (x, w, y) values, whichever direction. */
-static geom step_geom(const lz_program *p, const lz_step *s)
-{
-    const lz_value *a = &p->values[s->in[0]], *b = &p->values[s->in[1]], *o = &p->values[s->out];
-    if (s->op == LZ_OP_CONV2D) return make_geom(a, b, o, s);
-    if (s->op == LZ_OP_CONV2D_GRAD_INPUT) return make_geom(o, b, a, s);
-    return make_geom(a, o, b, s);
 }
 
 int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s)

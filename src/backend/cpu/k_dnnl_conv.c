@@ -50,6 +50,25 @@
  *     C32 64x64 3x3          fwd 1.17/0.40  data 1.11/0.43  weight 1.81/0.43
  * (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay here).
  *
+ * A weight gradient whose activations the compiler keeps channel-blocked
+ * has one other way: copy x and gy out of their blocks into rows, every
+ * image side by side, and run one sgemm with all N*OH*OW output pixels as
+ * its inner dimension (lz_cpu_conv_grad_weight_rows). On deep layers'
+ * small planes oneDNN's kernel runs far from peak (resnet50's captured
+ * step at bench size, N8, 2 cores, GFLOP/s oneDNN / rows, two runs each,
+ * alternated):
+ *     C512 4x4 3x3              78-91 / 114-126
+ *     C512 -> 2048 4x4 1x1      82-83 / 127-141
+ *     C2048 -> 512 4x4 1x1      53    / 107-134
+ *     C1024 8x8 -> 4x4 1x1 s2   50-52 / 112-124
+ *     C512 8x8 -> 4x4 3x3 s2    71-76 / 104-122
+ * and resnext50_32x4d's 1x1 steps at 4x4 50-57 / 128-150: resnet50's
+ * weight gradients took 154-175 ms a step against 188-193, resnext's
+ * 186-194 against 211-234. With 512 pixels (8x8) the 1x1 steps were even
+ * and the 3x3 step 1.3x faster on oneDNN, at 16x16 oneDNN 1.5x; so rows
+ * only up to 256 pixels, and never grouped (resnext's 32 groups of 3x3 at
+ * 4x4: 16-18 / 96-102, one thin product per group).
+ *
  * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
  * step shape once per process, every way it can run (oneDNN, or k_conv.c
  * one image per thread, or all images' columns in one product), and keeps
@@ -124,6 +143,7 @@ void lz_dnnl_conv_trim(void)
 typedef struct dnnl_conv {
     dnnl_primitive_t prim;
     lz_conv_path path;             /* without a primitive */
+    int rows;                      /* a blocked weight gradient on k_conv.c's rows */
     int engine;                    /* holds a reference on the engine */
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
     dnnl_memory_t plain[3], inner[3], scratchpad;
@@ -174,6 +194,11 @@ static void conv_release(void *state)
     free(state);
 }
 
+
+/* A weight gradient on blocked activations with at most this many output
+   pixels over the batch runs on k_conv.c's rows instead of oneDNN (see
+   the top comment). */
+#define ROWS_MAX_PIXELS 256
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -426,6 +451,7 @@ static const char *conv_run(void *state, const lz_program *p, const lz_step *s, 
                             void *scratch)
 {
     dnnl_conv *c = state;
+    if (c->rows) return lz_cpu_conv_grad_weight_rows(p, s, ptrs, scratch);
     if (!c->prim) return lz_cpu_conv_run(p, s, ptrs, c->path);
     char *block = scratch;
     if (c->bytes && !block) return "lz_conv2d: no scratch for oneDNN's buffers (the memory plan gave none)";
@@ -564,7 +590,13 @@ static void *conv_prepare(const lz_program *p, const lz_step *s)
     const int mode = lz_dnnl_conv_enabled(), depthwise = Cg == 1 && G > 1;
     dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    if (X->block || Y->block) {   /* only oneDNN reads them: no choice to make */
+    if (X->block || Y->block) {   /* only oneDNN reads them, or the rows path */
+        if (op == LZ_OP_CONV2D_GRAD_WEIGHT && mode != 2 && G == 1 &&
+            Y->shape[0] * Y->shape[2] * Y->shape[3] <= ROWS_MAX_PIXELS) {
+            c->rows = 1;
+            c->bytes = align64(lz_cpu_conv_grad_weight_rows_bytes(p, s));
+            return c;
+        }
         if (build_primitive(c, p, s) == 0) {
             pthread_mutex_lock(&lock);
             created++;
@@ -609,7 +641,7 @@ static int runs_library(const void *state) { return ((const dnnl_conv *)state)->
 static size_t scratch_bytes(const void *state)
 {
     const dnnl_conv *c = state;
-    return c->prim ? c->bytes : 0;
+    return c->prim || c->rows ? c->bytes : 0;
 }
 
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op)

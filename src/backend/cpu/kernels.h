@@ -81,6 +81,13 @@ void lz_dnnl_conv_trim(void);
 typedef enum lz_conv_path { LZ_CONV_BY_RULE, LZ_CONV_PER_IMAGE, LZ_CONV_GATHERED } lz_conv_path;
 const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
                             lz_conv_path path);
+/* A conv2d weight-gradient step whose x or gy may be channel-blocked, as
+   one product per group on every image's rows side by side (GATHERED's
+   product): x and gy are copied out of their blocks into `scratch`, of
+   lz_cpu_conv_grad_weight_rows_bytes. */
+const char *lz_cpu_conv_grad_weight_rows(const lz_program *p, const lz_step *s,
+                                         void *const *ptrs, void *scratch);
+size_t lz_cpu_conv_grad_weight_rows_bytes(const lz_program *p, const lz_step *s);
 /* Whether step s can run GATHERED, and whether its rule picks that. */
 int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s);
 int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s);
