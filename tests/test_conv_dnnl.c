@@ -4,8 +4,8 @@
  * used inside, a training step is still one execution, steps oneDNN
  * is not used for (1x1) make no primitive, the tuned choice is timed
  * once per step shape, oneDNN's buffers are the step's scratch in the
- * executable's arena, and the weight gradients of small blocked planes run
- * on k_conv.c's rows with the values of plain layouts. */
+ * executable's arena, and steps on small blocked planes run on k_conv.c's
+ * rows with the values of plain layouts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,24 +276,29 @@ static void check_scratch_in_arena(void)
     }
 }
 
-/* Weight-gradient calls of (library) in the profile. */
-static int64_t grad_weight_calls(int library)
+/* Calls of op by (library) in the profile. */
+static int64_t profiled_calls(const char *op, int library)
 {
     lz_profile_entry e[64];
     const int n = lz_profile_read(e, 64);
     int64_t calls = 0;
     for (int i = 0; i < n && i < 64; i++)
-        if (!strcmp(e[i].op, "conv2d_grad_weight") && e[i].library == library) calls += e[i].calls;
+        if (!strcmp(e[i].op, op) && e[i].library == library) calls += e[i].calls;
     return calls;
 }
 
 /* Four convolutions whose activations go channel-blocked: 3x3 at 12x12
-   (288 output pixels over the batch: oneDNN's weight gradient), then at
-   6x6 (72 pixels: k_conv.c's rows) a strided 1x1 (columns gathered), a
-   3x3 (im2col) and a 1x1 (the rows are the columns). Loss and weight
-   gradients against the plain-layout executable's; blocked: how many
-   weight-gradient steps had a blocked operand, and the profile's calls. */
-typedef struct rows_run { float *v[5]; int blocked; int64_t lazyc, onednn, executions; } rows_run;
+   (288 output pixels over the batch: oneDNN's), then at 6x6 (72 pixels:
+   k_conv.c's rows for weight gradients) a strided 1x1 (columns gathered),
+   a 3x3 (im2col) and a 1x1 (the rows are the columns; its forward on rows
+   too). Loss and weight gradients against the
+   plain-layout executable's; blocked: how many weight-gradient steps had
+   a blocked operand; the profile's calls on lazyc's kernels and oneDNN. */
+typedef struct rows_run {
+    float *v[5];
+    int blocked;
+    int64_t fwd, grad_input, grad_weight, onednn_grad_weight, executions;
+} rows_run;
 
 static void rows_step(int blocked, rows_run *r)
 {
@@ -337,8 +342,10 @@ static void rows_step(int blocked, rows_run *r)
     CHECK(lz_sync(read, 5, 1) == 0);
     lz_profile_enable(0);
     r->executions = lz_metrics_get().executions - m0.executions;
-    r->lazyc = grad_weight_calls(0);
-    r->onednn = grad_weight_calls(1);
+    r->fwd = profiled_calls("conv2d", 0);
+    r->grad_input = profiled_calls("conv2d_grad_input", 0);
+    r->grad_weight = profiled_calls("conv2d_grad_weight", 0);
+    r->onednn_grad_weight = profiled_calls("conv2d_grad_weight", 1);
     for (int k = 0; k < 5; k++) r->v[k] = lz_test_read(read[k]);
     lz_free(loss);
     for (int k = 0; k < 4; k++) lz_free(w[k]);
@@ -358,8 +365,10 @@ static void check_blocked_grad_weight_rows(void)
     rows_step(1, &b);
     rows_step(0, &p);
     CHECK_EQ_I(b.blocked, 4);
-    CHECK_EQ_I(b.lazyc, 3);
-    CHECK_EQ_I(b.onednn, 1);
+    CHECK_EQ_I(b.fwd, 1);
+    CHECK_EQ_I(b.grad_input, 0);   /* oneDNN's: rows were no faster */
+    CHECK_EQ_I(b.grad_weight, 3);
+    CHECK_EQ_I(b.onednn_grad_weight, 1);
     CHECK_EQ_I(b.executions, 1);
     CHECK_EQ_I(p.blocked, 0);
     const int64_t n[5] = {1, 32 * 16 * 9, 32 * 32, 32 * 32 * 9, 16 * 32};

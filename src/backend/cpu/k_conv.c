@@ -493,62 +493,87 @@ static geom step_geom(const lz_program *p, const lz_step *s)
     return make_geom(a, o, b, s);
 }
 
-/* ---- the weight gradient of channel-blocked activations --------------- */
+/* ---- channel-blocked activations as rows --------------------------------- */
 
-/* [N, C/b, P, b] (b = 1: plain [N, C, P]) into rows: channel c of image n
-   goes to dst + c*cs + n*ns, its P elements side by side. */
-static void unblock_rows(const float *src, int64_t N, int64_t C, int64_t P, int b, float *dst,
-                         int64_t cs, int64_t ns)
+/* Between [N, C/b, P, b] (b = 1: plain [N, C, P]) and rows: channel c of
+   image n at rows + c*cs + n*ns, its P elements side by side. to_rows 1
+   copies out of the blocks, 0 back into them. */
+static void move_rows(float *blocks, int64_t N, int64_t C, int64_t P, int b, float *rows,
+                      int64_t cs, int64_t ns, int to_rows)
 {
     const int64_t CB = C / b;
     #pragma omp parallel for collapse(2) schedule(static) if ((double)N * C * P > PAR_MIN)
     for (int64_t n = 0; n < N; n++)
         for (int64_t cb = 0; cb < CB; cb++) {
-            const float *tile = src + (n * CB + cb) * P * b;
+            float *tile = blocks + (n * CB + cb) * P * b;
             for (int l = 0; l < b; l++) {
-                float *row = dst + (cb * b + l) * cs + n * ns;
-                for (int64_t q = 0; q < P; q++) row[q] = tile[q * b + l];
+                float *row = rows + (cb * b + l) * cs + n * ns;
+                if (to_rows)
+                    for (int64_t q = 0; q < P; q++) row[q] = tile[q * b + l];
+                else
+                    for (int64_t q = 0; q < P; q++) tile[q * b + l] = row[q];
             }
         }
 }
 
-size_t lz_cpu_conv_grad_weight_rows_bytes(const lz_program *p, const lz_step *s)
+/* Value v ([N, C, P], any block) to or from rows [C, N*P]. */
+static void value_rows(const lz_value *v, const float *data, float *rows, int to_rows)
+{
+    const int64_t N = v->shape[0], C = v->shape[1], P = v->shape[2] * v->shape[3];
+    move_rows((float *)data, N, C, P, v->block ? v->block : 1, rows, N * P, P, to_rows);
+}
+
+int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s)
+{
+    geom g = step_geom(p, s);
+    return g.G == 1 &&
+           (s->op == LZ_OP_CONV2D_GRAD_WEIGHT || (s->op == LZ_OP_CONV2D && g.direct_1x1));
+}
+
+size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s)
 {
     geom g = step_geom(p, s);
     const int64_t NP = g.N * g.P;
-    int64_t floats = g.O * NP;                              /* gy as [O, N*P] */
-    if (g.direct_1x1) floats += g.C * NP;                   /* x as [C, N*P] */
-    else floats += g.K * NP + (p->values[s->in[0]].block ? g.N * g.C * g.H * g.W : 0);
+    int64_t floats = g.O * NP;   /* y or gy as [O, N*P] */
+    if (s->op == LZ_OP_CONV2D_GRAD_WEIGHT && !g.direct_1x1)   /* columns, and x out of its blocks */
+        floats += g.K * NP + (p->values[s->in[0]].block ? g.N * g.C * g.H * g.W : 0);
+    else
+        floats += g.C * NP;      /* x as [C, N*P] */
     return sizeof(float) * (size_t)floats;
 }
 
-const char *lz_cpu_conv_grad_weight_rows(const lz_program *p, const lz_step *s,
-                                         void *const *ptrs, void *scratch)
+const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const *ptrs,
+                             void *scratch)
 {
-    const lz_value *vx = &p->values[s->in[0]], *vg = &p->values[s->in[1]], *vw = &p->values[s->out];
-    geom g = make_geom(vx, vw, vg, s);
-    const float *x = ptrs[s->in[0]], *gy = ptrs[s->in[1]];
-    float *dw = ptrs[s->out];
-    if (!scratch) return "lz_conv2d (grad weight): no scratch for the unblocked rows";
+    if (!scratch) return "lz_conv2d: no scratch for the rows of blocked activations";
+    if (!lz_cpu_conv_rows_apply(p, s)) return "lz_conv2d: a step the rows path does not take";
+    geom g = step_geom(p, s);
     const int64_t NP = g.N * g.P;
-    float *cat = scratch, *col = cat + g.O * NP;
-    unblock_rows(gy, g.N, g.O, g.P, vg->block ? vg->block : 1, cat, NP, g.P);
-    const float *xp = x;
-    if (g.direct_1x1) {
-        unblock_rows(x, g.N, g.C, g.P, vx->block ? vx->block : 1, col, NP, g.P);
-    } else if (vx->block) {
-        float *plain = col + g.K * NP;
-        unblock_rows(x, g.N, g.C, g.H * g.W, vx->block, plain, g.H * g.W, g.C * g.H * g.W);
-        xp = plain;
+    float *yrows = scratch, *xrows = yrows + g.O * NP;
+    const lz_value *vx = &p->values[s->in[0]];
+    const float *x = ptrs[s->in[0]];
+    dnnl_status_t st;
+    if (s->op == LZ_OP_CONV2D) {   /* y[O, NP] = w[O, C] x[C, NP] */
+        value_rows(vx, x, xrows, 1);
+        st = dnnl_sgemm('N', 'N', g.O, NP, g.C, 1.0f, ptrs[s->in[1]], g.C, xrows, NP, 0.0f,
+                        yrows, NP);
+        if (st == dnnl_success) value_rows(&p->values[s->out], ptrs[s->out], yrows, 0);
+    } else {   /* dw[O, K] = gy[O, NP] col[K, NP]^T */
+        value_rows(&p->values[s->in[1]], ptrs[s->in[1]], yrows, 1);
+        if (g.direct_1x1) {
+            value_rows(vx, x, xrows, 1);
+        } else {
+            if (vx->block) {
+                float *plain = xrows + g.K * NP;
+                move_rows((float *)x, g.N, g.C, g.H * g.W, vx->block, plain, g.H * g.W,
+                          g.C * g.H * g.W, 1);
+                x = plain;
+            }
+            gather_cols(&g, x, 0, xrows);
+        }
+        st = dnnl_sgemm('N', 'T', g.O, g.K, NP, 1.0f, yrows, NP, xrows, NP, 0.0f, ptrs[s->out], g.K);
     }
-    for (int64_t gi = 0; gi < g.G; gi++) {
-        if (!g.direct_1x1) gather_cols(&g, xp, gi, col);
-        const float *cg = g.direct_1x1 ? col + gi * g.Cg * NP : col;
-        if (dnnl_sgemm('N', 'T', g.Og, g.K, NP, 1.0f, cat + gi * g.Og * NP, NP, cg, NP, 0.0f,
-                       dw + gi * g.Og * g.K, g.K) != dnnl_success)
-            return "lz_conv2d (grad weight): dnnl_sgemm failed";
-    }
-    return NULL;
+    return st == dnnl_success ? NULL : "lz_conv2d: dnnl_sgemm failed (rows of blocked activations)";
 }
 
 const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,

@@ -53,8 +53,8 @@
  * A weight gradient whose activations the compiler keeps channel-blocked
  * has one other way: copy x and gy out of their blocks into rows, every
  * image side by side, and run one sgemm with all N*OH*OW output pixels as
- * its inner dimension (lz_cpu_conv_grad_weight_rows). On deep layers'
- * small planes oneDNN's kernel runs far from peak (resnet50's captured
+ * its inner dimension (lz_cpu_conv_rows). On deep layers' small planes
+ * oneDNN's kernel runs far from peak (resnet50's captured
  * step at bench size, N8, 2 cores, GFLOP/s oneDNN / rows, two runs each,
  * alternated):
  *     C512 4x4 3x3              78-91 / 114-126
@@ -69,12 +69,23 @@
  * only up to 256 pixels, and never grouped (resnext's 32 groups of 3x3 at
  * 4x4: 16-18 / 96-102, one thin product per group).
  *
+ * The forward of a 1x1 step at 4x4 gains too, as one sgemm over the rows
+ * whose result goes back into blocks (ms a step, three runs each,
+ * alternated; the slowest rows run was in a slow stretch for every op):
+ *     resnet50   C512 -> 2048    7.0-7.7 / 5.3-6.2
+ *                C2048 -> 512    4.2-4.6 / 3.6-3.9
+ *     resnext    C1024 -> 2048   9.8-10.5 / 7.0-9.6
+ *                C2048 -> 1024  14.7-15.2 / 10.8-14.7
+ * Its grad input did not (resnet50's C2048 -> 512 5.5-6.1 / 5.8-6.5,
+ * resnext's C2048 -> 1024 12.0-12.5 / 12.7-14.0): it stays on oneDNN.
+ *
  * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
  * step shape once per process, every way it can run (oneDNN, or k_conv.c
  * one image per thread, or all images' columns in one product), and keeps
  * the fastest; a step state without a primitive then runs k_conv.c's
- * chosen path. Off by default: a choice made on timings makes results
- * differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
+ * chosen path (steps on blocked layouts are not timed: the rows rule
+ * above picks for them). Off by default: a choice made on timings makes
+ * results differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
  * moved 13 of 70 choices, mostly 1x1 steps between one image at a time
  * and gathered, each by 5-25%.
  *
@@ -143,7 +154,7 @@ void lz_dnnl_conv_trim(void)
 typedef struct dnnl_conv {
     dnnl_primitive_t prim;
     lz_conv_path path;             /* without a primitive */
-    int rows;                      /* a blocked weight gradient on k_conv.c's rows */
+    int rows;                      /* runs on k_conv.c's rows (lz_cpu_conv_rows) */
     int engine;                    /* holds a reference on the engine */
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
     dnnl_memory_t plain[3], inner[3], scratchpad;
@@ -195,9 +206,9 @@ static void conv_release(void *state)
 }
 
 
-/* A weight gradient on blocked activations with at most this many output
-   pixels over the batch runs on k_conv.c's rows instead of oneDNN (see
-   the top comment). */
+/* A weight gradient or 1x1 forward on blocked activations with at most
+   this many output pixels over the batch runs on k_conv.c's rows instead
+   of oneDNN (see the top comment). */
 #define ROWS_MAX_PIXELS 256
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -451,7 +462,7 @@ static const char *conv_run(void *state, const lz_program *p, const lz_step *s, 
                             void *scratch)
 {
     dnnl_conv *c = state;
-    if (c->rows) return lz_cpu_conv_grad_weight_rows(p, s, ptrs, scratch);
+    if (c->rows) return lz_cpu_conv_rows(p, s, ptrs, scratch);
     if (!c->prim) return lz_cpu_conv_run(p, s, ptrs, c->path);
     char *block = scratch;
     if (c->bytes && !block) return "lz_conv2d: no scratch for oneDNN's buffers (the memory plan gave none)";
@@ -591,10 +602,10 @@ static void *conv_prepare(const lz_program *p, const lz_step *s)
     dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     if (X->block || Y->block) {   /* only oneDNN reads them, or the rows path */
-        if (op == LZ_OP_CONV2D_GRAD_WEIGHT && mode != 2 && G == 1 &&
+        if (mode != 2 && lz_cpu_conv_rows_apply(p, s) &&
             Y->shape[0] * Y->shape[2] * Y->shape[3] <= ROWS_MAX_PIXELS) {
             c->rows = 1;
-            c->bytes = align64(lz_cpu_conv_grad_weight_rows_bytes(p, s));
+            c->bytes = align64(lz_cpu_conv_rows_bytes(p, s));
             return c;
         }
         if (build_primitive(c, p, s) == 0) {

@@ -81,13 +81,17 @@ void lz_dnnl_conv_trim(void);
 typedef enum lz_conv_path { LZ_CONV_BY_RULE, LZ_CONV_PER_IMAGE, LZ_CONV_GATHERED } lz_conv_path;
 const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
                             lz_conv_path path);
-/* A conv2d weight-gradient step whose x or gy may be channel-blocked, as
-   one product per group on every image's rows side by side (GATHERED's
-   product): x and gy are copied out of their blocks into `scratch`, of
-   lz_cpu_conv_grad_weight_rows_bytes. */
-const char *lz_cpu_conv_grad_weight_rows(const lz_program *p, const lz_step *s,
-                                         void *const *ptrs, void *scratch);
-size_t lz_cpu_conv_grad_weight_rows_bytes(const lz_program *p, const lz_step *s);
+/* A conv2d step on channel-blocked activations (either may be plain) as
+   one sgemm over rows [C, N*P], every image side by side: the weight
+   gradient, with all N*P output pixels as the product's inner dimension
+   (im2col's columns when not 1x1), and the forward of a 1x1, stride-1,
+   unpadded step. Activations are copied out of their blocks and back in
+   through `scratch`, of lz_cpu_conv_rows_bytes. Ungrouped steps only;
+   lz_cpu_conv_rows_apply says whether s is one it takes. */
+int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s);
+size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s);
+const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const *ptrs,
+                             void *scratch);
 /* Whether step s can run GATHERED, and whether its rule picks that. */
 int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s);
 int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s);
