@@ -4,8 +4,9 @@
  * used inside, a training step is still one execution, steps oneDNN
  * is not used for (1x1) make no primitive, the tuned choice is timed
  * once per step shape, oneDNN's buffers are the step's scratch in the
- * executable's arena, and steps on small blocked planes run on k_conv.c's
- * rows with the values of plain layouts. */
+ * executable's arena, steps on small blocked planes run on k_conv.c's
+ * rows with the values of plain layouts, and tune mode times the rows
+ * against oneDNN once per step shape. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,6 +385,69 @@ static void check_blocked_grad_weight_rows(void)
     }
 }
 
+/* Two 3x3 convolutions at 8x8 over 4 images (256 output pixels: rows by
+   the rule), large enough to be timed in tune mode, which then chooses
+   between oneDNN and the rows for both weight gradients on blocked
+   activations: loss and the two weight gradients. */
+static void tuned_blocked(int mode, float *out[3])
+{
+    lz_dnnl_conv_set(mode);
+    lz_cache_clear();
+    const int64_t xs[4] = {4, 64, 8, 8}, w1s[4] = {128, 64, 3, 3}, w2s[4] = {128, 128, 3, 3};
+    const lz_conv2d_opts pad = {.padding = {1, 1}};
+    lz_tensor *x = lz_test_rand(71, -1, 1, 4, xs), *w1 = lz_test_rand(72, -0.1f, 0.1f, 4, w1s);
+    lz_tensor *w2 = lz_test_rand(73, -0.05f, 0.05f, 4, w2s);
+    lz_requires_grad(w1, 1);
+    lz_requires_grad(w2, 1);
+    lz_scope_begin();
+    lz_tensor *h = lz_conv2d(lz_relu(lz_conv2d(x, w1, NULL, pad)), w2, NULL, pad);
+    lz_tensor *loss = lz_keep(lz_sum(lz_mul(h, h)));
+    CHECK(lz_backward(loss) == 0);
+    lz_scope_end();
+    lz_tensor *read[3] = {loss, lz_grad(w1), lz_grad(w2)};
+    CHECK(lz_sync(read, 3, 1) == 0);
+    for (int k = 0; k < 3; k++) out[k] = lz_test_read(read[k]);
+    lz_free(loss);
+    lz_free(w2);
+    lz_free(w1);
+    lz_free(x);
+}
+
+static void check_tuned_blocked(void)
+{
+    lz_dnnl_conv_set(1);
+    if (!lz_cpu_layout_block()) {
+        fprintf(stderr, "test_conv_dnnl: NOT CHECKED: tuning on blocked activations (this CPU "
+                        "has no blocked layout for oneDNN)\n");
+        return;
+    }
+    float *a[3], *b[3], *plain[3];
+    const int64_t t0 = lz_dnnl_conv_timed();
+    tuned_blocked(LZ_DNNL_CONV_TUNE, a);
+    const int64_t t1 = lz_dnnl_conv_timed();
+    tuned_blocked(LZ_DNNL_CONV_TUNE, b);
+    const int64_t t2 = lz_dnnl_conv_timed();
+    tuned_blocked(0, plain);
+    /* the two weight gradients: every other step has a blocked operand
+       (the first conv's output) and is a 3x3 forward or grad input, which
+       only oneDNN runs on blocked layouts */
+    printf("tuned blocked                steps timed %lld then %lld\n", (long long)(t1 - t0),
+           (long long)(t2 - t1));
+    CHECK_EQ_I(t1 - t0, 2);
+    CHECK_EQ_I(t2 - t1, 0);
+    const int64_t n[3] = {1, 128 * 64 * 9, 128 * 128 * 9};
+    for (int k = 0; k < 3; k++) {
+        CHECK(a[k] && b[k] && plain[k]);
+        if (a[k] && b[k] && plain[k]) {
+            CHECK(!memcmp(a[k], b[k], sizeof(float) * (size_t)n[k]));
+            CHECK(lz_test_rel_err(a[k], plain[k], n[k]) <= TOL);
+        }
+        free(a[k]);
+        free(b[k]);
+        free(plain[k]);
+    }
+}
+
 int main(void)
 {
     check_case(2, (int64_t[]){2, 16, 12, 12}, (int64_t[]){16, 16, 3, 3},
@@ -428,6 +492,7 @@ int main(void)
                 "tuned 1x1");
     check_scratch_in_arena();
     check_blocked_grad_weight_rows();
+    check_tuned_blocked();
     lz_dnnl_conv_set(-1);
     lz_shutdown();
     return lz_test_done();

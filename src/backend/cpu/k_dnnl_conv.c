@@ -83,9 +83,9 @@
  * step shape once per process, every way it can run (oneDNN, or k_conv.c
  * one image per thread, or all images' columns in one product), and keeps
  * the fastest; a step state without a primitive then runs k_conv.c's
- * chosen path (steps on blocked layouts are not timed: the rows rule
- * above picks for them). Off by default: a choice made on timings makes
- * results differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
+ * chosen path; a step on blocked layouts, oneDNN or the rows where
+ * those apply. Off by default: a choice made on timings makes results
+ * differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
  * moved 13 of 70 choices, mostly 1x1 steps between one image at a time
  * and gathered, each by 5-25%.
  *
@@ -487,7 +487,7 @@ static const char *conv_run(void *state, const lz_program *p, const lz_step *s, 
 
 /* ---- the choice, measured on this machine -------------------------------- */
 
-enum { PER_IMAGE, GATHERED, ONEDNN, N_WAYS };
+enum { PER_IMAGE, GATHERED, ONEDNN, ROWS, N_WAYS };
 /* Steps are timed between these sizes; outside, the rules above choose:
    below (~0.1 ms) timing costs more than it could save; above (~10 ms),
    where vgg16's layers are, oneDNN (the rules' choice) was fastest or
@@ -495,7 +495,7 @@ enum { PER_IMAGE, GATHERED, ONEDNN, N_WAYS };
    them added 8 s to the first compile. */
 #define TUNE_MIN_FLOPS 2e7
 #define TUNE_MAX_FLOPS 1e9
-#define KEY_LEN 20           /* op, x, w and y shapes, 7 attributes */
+#define KEY_LEN 22           /* op, x, w and y shapes, 7 attributes, x's and y's blocks */
 #define N_TUNED 512
 
 /* What each step shape measured fastest, for the process: every
@@ -523,6 +523,8 @@ static void step_key(const lz_step *s, const lz_value *X, const lz_value *W, con
         key[9 + d] = Y->shape[d];
     }
     for (int a = 0; a < 7; a++) key[13 + a] = s->iattr[a];
+    key[20] = X->block;
+    key[21] = Y->block;
 }
 
 static int tuned_way(const int64_t *key)
@@ -554,8 +556,11 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
 {
     void **ptrs = calloc((size_t)p->n_values, sizeof *ptrs);
     const int v[3] = {s->in[0], s->in[1], s->out};
-    void *scratch = c->bytes ? aligned_alloc(64, c->bytes) : NULL;   /* c->bytes: align64'd */
-    int ok = ptrs != NULL && (scratch || !c->bytes);
+    size_t bytes = c->bytes;   /* align64'd */
+    if (way_ok[ROWS] && align64(lz_cpu_conv_rows_bytes(p, s)) > bytes)
+        bytes = align64(lz_cpu_conv_rows_bytes(p, s));
+    void *scratch = bytes ? aligned_alloc(64, bytes) : NULL;
+    int ok = ptrs != NULL && (scratch || !bytes);
     for (int k = 0; k < 3 && ok; k++) {
         const lz_value *val = &p->values[v[k]];
         float *f = ptrs[v[k]] = malloc(val->nbytes);
@@ -571,10 +576,12 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
             dnnl_primitive_t prim = c->prim;
             if (w != ONEDNN) c->prim = NULL;   /* conv_run takes k_conv.c's path */
             c->path = w == GATHERED ? LZ_CONV_GATHERED : LZ_CONV_PER_IMAGE;
+            c->rows = w == ROWS;
             const double t0 = lz_now_ms();
             ok = conv_run(c, p, s, ptrs, scratch) == NULL;
             const double t = lz_now_ms() - t0;
             c->prim = prim;
+            c->rows = 0;
             if (rep == 0) {
                 first[w] = t;
                 if (t < fastest_first) fastest_first = t;
@@ -592,6 +599,42 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
     return way;
 }
 
+/* A step on blocked activations: only oneDNN reads them, or the rows
+   (by the rule, or timed in tune mode). Without a primitive or rows,
+   k_conv.c fails the step. */
+static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_step *s, int mode)
+{
+    const lz_value *X, *W, *Y;
+    conv_operands(p, s, &X, &W, &Y);
+    const int rows_may = mode != 2 && lz_cpu_conv_rows_apply(p, s);
+    int way = rows_may && Y->shape[0] * Y->shape[2] * Y->shape[3] <= ROWS_MAX_PIXELS ? ROWS : ONEDNN;
+    const double flops = conv_flops(X->shape, W->shape, Y->shape, s->iattr[6]);
+    if (rows_may && mode == LZ_DNNL_CONV_TUNE && flops >= TUNE_MIN_FLOPS && flops <= TUNE_MAX_FLOPS) {
+        int64_t key[KEY_LEN];
+        step_key(s, X, W, Y, key);
+        const int known = tuned_way(key);
+        if (known >= 0) {
+            way = known;
+        } else {
+            const int way_ok[N_WAYS] = {0, 0, build_primitive(c, p, s) == 0, 1};
+            way = fastest_way(c, p, s, way_ok, way_ok[way] ? way : ROWS);
+            remember_way(key, way);
+        }
+    }
+    if (way == ROWS) {
+        drop_primitive(c);
+        c->rows = 1;
+        c->bytes = align64(lz_cpu_conv_rows_bytes(p, s));
+        return c;
+    }
+    if (c->prim || build_primitive(c, p, s) == 0) {
+        pthread_mutex_lock(&lock);
+        created++;
+        pthread_mutex_unlock(&lock);
+    }
+    return c;
+}
+
 static void *conv_prepare(const lz_program *p, const lz_step *s)
 {
     const lz_value *X, *W, *Y;
@@ -601,20 +644,7 @@ static void *conv_prepare(const lz_program *p, const lz_step *s)
     const int mode = lz_dnnl_conv_enabled(), depthwise = Cg == 1 && G > 1;
     dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    if (X->block || Y->block) {   /* only oneDNN reads them, or the rows path */
-        if (mode != 2 && lz_cpu_conv_rows_apply(p, s) &&
-            Y->shape[0] * Y->shape[2] * Y->shape[3] <= ROWS_MAX_PIXELS) {
-            c->rows = 1;
-            c->bytes = align64(lz_cpu_conv_rows_bytes(p, s));
-            return c;
-        }
-        if (build_primitive(c, p, s) == 0) {
-            pthread_mutex_lock(&lock);
-            created++;
-            pthread_mutex_unlock(&lock);
-        }
-        return c;   /* without a primitive, k_conv.c fails the step */
-    }
+    if (X->block || Y->block) return prepare_blocked(c, p, s, mode);
     const int rule_dnnl = mode && worth_it(op, X->shape, W->shape, Y->shape, G);
     const int rule_gathers = lz_cpu_conv_by_rule_gathers(p, s);
     const int prior = rule_dnnl ? ONEDNN : rule_gathers ? GATHERED : PER_IMAGE;
