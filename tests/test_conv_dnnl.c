@@ -292,7 +292,7 @@ static int64_t profiled_calls(const char *op, int library)
    (288 output pixels over the batch: oneDNN's), then at 6x6 (72 pixels:
    k_conv.c's rows for weight gradients) a strided 1x1 (columns gathered),
    a 3x3 (im2col) and a 1x1 (the rows are the columns; its forward on rows
-   too). Loss and weight gradients against the
+   and its grad input on pixels too). Loss and weight gradients against the
    plain-layout executable's; blocked: how many weight-gradient steps had
    a blocked operand; the profile's calls on lazyc's kernels and oneDNN. */
 typedef struct rows_run {
@@ -367,7 +367,7 @@ static void check_blocked_grad_weight_rows(void)
     rows_step(0, &p);
     CHECK_EQ_I(b.blocked, 4);
     CHECK_EQ_I(b.fwd, 1);
-    CHECK_EQ_I(b.grad_input, 0);   /* oneDNN's: rows were no faster */
+    CHECK_EQ_I(b.grad_input, 1);
     CHECK_EQ_I(b.grad_weight, 3);
     CHECK_EQ_I(b.onednn_grad_weight, 1);
     CHECK_EQ_I(b.executions, 1);

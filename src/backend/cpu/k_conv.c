@@ -523,22 +523,39 @@ static void value_rows(const lz_value *v, const float *data, float *rows, int to
     move_rows((float *)data, N, C, P, v->block ? v->block : 1, rows, N * P, P, to_rows);
 }
 
+/* Value v ([N, C, P], any block) to or from pixels [N*P, C]: the
+   transpose of its rows, what a product whose result is [N*P, C] wants. */
+static void value_pixels(const lz_value *v, const float *data, float *pix, int to_pix)
+{
+    const int64_t N = v->shape[0], C = v->shape[1], P = v->shape[2] * v->shape[3];
+    const int b = v->block ? v->block : 1;
+    const int64_t CB = C / b;
+    float *blocks = (float *)data;
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)N * C * P > PAR_MIN)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t cb = 0; cb < CB; cb++)
+            for (int64_t q = 0; q < P; q++) {
+                float *tile = blocks + ((n * CB + cb) * P + q) * b, *px = pix + (n * P + q) * C + cb * b;
+                if (to_pix) memcpy(px, tile, sizeof(float) * (size_t)b);
+                else memcpy(tile, px, sizeof(float) * (size_t)b);
+            }
+}
+
 int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s)
 {
     geom g = step_geom(p, s);
-    return g.G == 1 &&
-           (s->op == LZ_OP_CONV2D_GRAD_WEIGHT || (s->op == LZ_OP_CONV2D && g.direct_1x1));
+    return g.G == 1 && (s->op == LZ_OP_CONV2D_GRAD_WEIGHT || g.direct_1x1);
 }
 
 size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s)
 {
     geom g = step_geom(p, s);
     const int64_t NP = g.N * g.P;
-    int64_t floats = g.O * NP;   /* y or gy as [O, N*P] */
+    int64_t floats = g.O * NP;   /* y or gy as [O, N*P] (or [N*P, O]) */
     if (s->op == LZ_OP_CONV2D_GRAD_WEIGHT && !g.direct_1x1)   /* columns, and x out of its blocks */
         floats += g.K * NP + (p->values[s->in[0]].block ? g.N * g.C * g.H * g.W : 0);
     else
-        floats += g.C * NP;      /* x as [C, N*P] */
+        floats += g.C * NP;      /* x or dx as [C, N*P] (or [N*P, C]) */
     return sizeof(float) * (size_t)floats;
 }
 
@@ -553,7 +570,13 @@ const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const 
     const lz_value *vx = &p->values[s->in[0]];
     const float *x = ptrs[s->in[0]];
     dnnl_status_t st;
-    if (s->op == LZ_OP_CONV2D) {   /* y[O, NP] = w[O, C] x[C, NP] */
+    if (s->op == LZ_OP_CONV2D_GRAD_INPUT) {   /* dx[NP, C] = gy[NP, O] w[O, C], as pixels */
+        float *gpix = yrows, *dxpix = xrows;
+        value_pixels(vx, x, gpix, 1);
+        st = dnnl_sgemm('N', 'N', NP, g.C, g.O, 1.0f, gpix, g.O, ptrs[s->in[1]], g.C, 0.0f,
+                        dxpix, g.C);
+        if (st == dnnl_success) value_pixels(&p->values[s->out], ptrs[s->out], dxpix, 0);
+    } else if (s->op == LZ_OP_CONV2D) {   /* y[O, NP] = w[O, C] x[C, NP] */
         value_rows(vx, x, xrows, 1);
         st = dnnl_sgemm('N', 'N', g.O, NP, g.C, 1.0f, ptrs[s->in[1]], g.C, xrows, NP, 0.0f,
                         yrows, NP);

@@ -76,8 +76,15 @@
  *                C2048 -> 512    4.2-4.6 / 3.6-3.9
  *     resnext    C1024 -> 2048   9.8-10.5 / 7.0-9.6
  *                C2048 -> 1024  14.7-15.2 / 10.8-14.7
- * Its grad input did not (resnet50's C2048 -> 512 5.5-6.1 / 5.8-6.5,
- * resnext's C2048 -> 1024 12.0-12.5 / 12.7-14.0): it stays on oneDNN.
+ * Its grad input on the same rows did not (resnet50's C2048 -> 512
+ * 5.5-6.1 / 5.8-6.5: sgemm reads the weight transposed, 104-138 GFLOP/s);
+ * over pixels [N*P, C], where the weight is read as it is (180-190
+ * GFLOP/s) and the copies move whole blocks of 16 channels, it does
+ * (three runs each, alternated):
+ *     resnet50   C2048 -> 512    6.9-8.8 / 6.4-7.3
+ *                C512 -> 2048    5.0-6.6 / 5.1-5.7
+ *     resnext    C2048 -> 1024  16.0-20.4 / 11.9-12.8
+ *                C1024 -> 2048  10.5-13.7 / 8.1-9.3
  *
  * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
  * step shape once per process, every way it can run (oneDNN, or k_conv.c
@@ -206,9 +213,9 @@ static void conv_release(void *state)
 }
 
 
-/* A weight gradient or 1x1 forward on blocked activations with at most
-   this many output pixels over the batch runs on k_conv.c's rows instead
-   of oneDNN (see the top comment). */
+/* A weight gradient, or a 1x1 forward or grad input, on blocked
+   activations with at most this many output pixels over the batch runs on
+   k_conv.c's rows instead of oneDNN (see the top comment). */
 #define ROWS_MAX_PIXELS 256
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }

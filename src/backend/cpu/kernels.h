@@ -85,9 +85,10 @@ const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *
    one sgemm over rows [C, N*P], every image side by side: the weight
    gradient, with all N*P output pixels as the product's inner dimension
    (im2col's columns when not 1x1), and the forward of a 1x1, stride-1,
-   unpadded step. Activations are copied out of their blocks and back in
-   through `scratch`, of lz_cpu_conv_rows_bytes. Ungrouped steps only;
-   lz_cpu_conv_rows_apply says whether s is one it takes. */
+   unpadded step; its grad input over pixels [N*P, C] instead. Activations
+   are copied out of their blocks and back in through `scratch`, of
+   lz_cpu_conv_rows_bytes. Ungrouped steps only; lz_cpu_conv_rows_apply
+   says whether s is one it takes. */
 int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s);
 size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s);
 const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const *ptrs,
