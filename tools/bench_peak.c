@@ -7,7 +7,11 @@
  * The figure moves with other load: on the 2-core development machine its
  * best reading was 414 GFLOP/s (about the AVX-512 limit of 2 cores x 2 FMA
  * units x 16 lanes x 2 flops x 3.2 GHz), DESIGN.md quotes 260-285, and
- * 60-200 came out while other jobs ran; hence the best of many calls. */
+ * 60-200 came out while other jobs ran; hence the best of many calls, and
+ * a second reading after the models (cmd_bench.c keeps the higher: on this
+ * project's shared 2-core machine one run's first reading was 141.6 while
+ * runs minutes apart read 185-243, and the table then put resnet50 at 85%
+ * of the peak). */
 #include <stdlib.h>
 #include <time.h>
 

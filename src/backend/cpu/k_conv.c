@@ -535,7 +535,8 @@ static void value_pixels(const lz_value *v, const float *data, float *pix, int t
     for (int64_t n = 0; n < N; n++)
         for (int64_t cb = 0; cb < CB; cb++)
             for (int64_t q = 0; q < P; q++) {
-                float *tile = blocks + ((n * CB + cb) * P + q) * b, *px = pix + (n * P + q) * C + cb * b;
+                float *tile = blocks + ((n * CB + cb) * P + q) * b;
+                float *px = pix + (n * P + q) * C + cb * b;
                 if (to_pix) memcpy(px, tile, sizeof(float) * (size_t)b);
                 else memcpy(tile, px, sizeof(float) * (size_t)b);
             }
