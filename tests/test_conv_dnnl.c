@@ -211,17 +211,19 @@ static int scratch_overlaps_live(const lz_program *p, int i)
     return 0;
 }
 
-/* Two convolutions' training step: loss and both weights' gradients.
-   inspect: compile it here first, check each step's scratch, and have
-   the barrier run that executable (a cache hit). */
-static void two_convs(int mode, int inspect, float *out[3])
+/* Two 3x3 convolutions' training step, x of shape xs to c1 channels to
+   c2: loss and both weights' gradients. inspect: compile it here first,
+   check each step's scratch, and have the barrier run that executable (a
+   cache hit). */
+static void two_convs(int mode, int inspect, const int64_t *xs, int64_t c1, int64_t c2,
+                      float *out[3])
 {
     lz_dnnl_conv_set(mode);
     lz_cache_clear();
-    const int64_t xs[4] = {2, 16, 12, 12}, ws[4] = {16, 16, 3, 3};
+    const int64_t w1s[4] = {c1, xs[1], 3, 3}, w2s[4] = {c2, c1, 3, 3};
     const lz_conv2d_opts pad = {.padding = {1, 1}};
-    lz_tensor *x = lz_test_rand(51, -1, 1, 4, xs), *w1 = lz_test_rand(52, -0.3f, 0.3f, 4, ws);
-    lz_tensor *w2 = lz_test_rand(53, -0.3f, 0.3f, 4, ws);
+    lz_tensor *x = lz_test_rand(51, -1, 1, 4, xs);
+    lz_tensor *w1 = lz_test_rand(52, -0.3f, 0.3f, 4, w1s), *w2 = lz_test_rand(53, -0.3f, 0.3f, 4, w2s);
     lz_requires_grad(w1, 1);
     lz_requires_grad(w2, 1);
     lz_scope_begin();
@@ -266,8 +268,9 @@ static void two_convs(int mode, int inspect, float *out[3])
 static void check_scratch_in_arena(void)
 {
     float *on[3], *off[3];
-    two_convs(2, 1, on);
-    two_convs(0, 0, off);
+    const int64_t xs[4] = {2, 16, 12, 12};
+    two_convs(2, 1, xs, 16, 16, on);
+    two_convs(0, 0, xs, 16, 16, off);
     const int64_t n[3] = {1, 16 * 16 * 9, 16 * 16 * 9};
     for (int k = 0; k < 3; k++) {
         CHECK(on[k] && off[k]);
@@ -385,34 +388,9 @@ static void check_blocked_grad_weight_rows(void)
     }
 }
 
-/* Two 3x3 convolutions at 8x8 over 4 images (256 output pixels: rows by
-   the rule), large enough to be timed in tune mode, which then chooses
-   between oneDNN and the rows for both weight gradients on blocked
-   activations: loss and the two weight gradients. */
-static void tuned_blocked(int mode, float *out[3])
-{
-    lz_dnnl_conv_set(mode);
-    lz_cache_clear();
-    const int64_t xs[4] = {4, 64, 8, 8}, w1s[4] = {128, 64, 3, 3}, w2s[4] = {128, 128, 3, 3};
-    const lz_conv2d_opts pad = {.padding = {1, 1}};
-    lz_tensor *x = lz_test_rand(71, -1, 1, 4, xs), *w1 = lz_test_rand(72, -0.1f, 0.1f, 4, w1s);
-    lz_tensor *w2 = lz_test_rand(73, -0.05f, 0.05f, 4, w2s);
-    lz_requires_grad(w1, 1);
-    lz_requires_grad(w2, 1);
-    lz_scope_begin();
-    lz_tensor *h = lz_conv2d(lz_relu(lz_conv2d(x, w1, NULL, pad)), w2, NULL, pad);
-    lz_tensor *loss = lz_keep(lz_sum(lz_mul(h, h)));
-    CHECK(lz_backward(loss) == 0);
-    lz_scope_end();
-    lz_tensor *read[3] = {loss, lz_grad(w1), lz_grad(w2)};
-    CHECK(lz_sync(read, 3, 1) == 0);
-    for (int k = 0; k < 3; k++) out[k] = lz_test_read(read[k]);
-    lz_free(loss);
-    lz_free(w2);
-    lz_free(w1);
-    lz_free(x);
-}
-
+/* tune mode on blocked activations: two_convs at 8x8 over 4 images (256
+   output pixels: rows by the rule), large enough to be timed, chooses
+   between oneDNN and the rows for both weight gradients. */
 static void check_tuned_blocked(void)
 {
     lz_dnnl_conv_set(1);
@@ -422,12 +400,13 @@ static void check_tuned_blocked(void)
         return;
     }
     float *a[3], *b[3], *plain[3];
+    const int64_t xs[4] = {4, 64, 8, 8};
     const int64_t t0 = lz_dnnl_conv_timed();
-    tuned_blocked(LZ_DNNL_CONV_TUNE, a);
+    two_convs(LZ_DNNL_CONV_TUNE, 0, xs, 128, 128, a);
     const int64_t t1 = lz_dnnl_conv_timed();
-    tuned_blocked(LZ_DNNL_CONV_TUNE, b);
+    two_convs(LZ_DNNL_CONV_TUNE, 0, xs, 128, 128, b);
     const int64_t t2 = lz_dnnl_conv_timed();
-    tuned_blocked(0, plain);
+    two_convs(0, 0, xs, 128, 128, plain);
     /* the two weight gradients: every other step has a blocked operand
        (the first conv's output) and is a 3x3 forward or grad input, which
        only oneDNN runs on blocked layouts */
