@@ -542,10 +542,15 @@ static void value_pixels(const lz_value *v, const float *data, float *pix, int t
             }
 }
 
+static int rows_apply(const geom *g, int op)
+{
+    return g->G == 1 && (op == LZ_OP_CONV2D_GRAD_WEIGHT || g->direct_1x1);
+}
+
 int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s)
 {
     geom g = step_geom(p, s);
-    return g.G == 1 && (s->op == LZ_OP_CONV2D_GRAD_WEIGHT || g.direct_1x1);
+    return rows_apply(&g, s->op);
 }
 
 size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s)
@@ -564,8 +569,8 @@ const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const 
                              void *scratch)
 {
     if (!scratch) return "lz_conv2d: no scratch for the rows of blocked activations";
-    if (!lz_cpu_conv_rows_apply(p, s)) return "lz_conv2d: a step the rows path does not take";
     geom g = step_geom(p, s);
+    if (!rows_apply(&g, s->op)) return "lz_conv2d: a step the rows path does not take";
     const int64_t NP = g.N * g.P;
     float *yrows = scratch, *xrows = yrows + g.O * NP;
     const lz_value *vx = &p->values[s->in[0]];

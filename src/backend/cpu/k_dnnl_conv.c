@@ -563,9 +563,8 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, cons
 {
     void **ptrs = calloc((size_t)p->n_values, sizeof *ptrs);
     const int v[3] = {s->in[0], s->in[1], s->out};
-    size_t bytes = c->bytes;   /* align64'd */
-    if (way_ok[ROWS] && align64(lz_cpu_conv_rows_bytes(p, s)) > bytes)
-        bytes = align64(lz_cpu_conv_rows_bytes(p, s));
+    const size_t rows_bytes = way_ok[ROWS] ? align64(lz_cpu_conv_rows_bytes(p, s)) : 0;
+    const size_t bytes = c->bytes > rows_bytes ? c->bytes : rows_bytes;   /* c->bytes: align64'd */
     void *scratch = bytes ? aligned_alloc(64, bytes) : NULL;
     int ok = ptrs != NULL && (scratch || !bytes);
     for (int k = 0; k < 3 && ok; k++) {
