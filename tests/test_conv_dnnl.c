@@ -357,7 +357,7 @@ static void rows_step(int blocked, rows_run *r)
     lz_blocked_layouts_set(-1);
 }
 
-static void check_blocked_grad_weight_rows(void)
+static void check_blocked_rows(void)
 {
     lz_dnnl_conv_set(1);   /* blocked layouts are oneDNN's */
     if (!lz_cpu_layout_block()) {
@@ -470,7 +470,7 @@ int main(void)
     check_tuned((int64_t[]){2, 256, 8, 8}, (int64_t[]){512, 256, 1, 1}, (lz_conv2d_opts){0}, 1,
                 "tuned 1x1");
     check_scratch_in_arena();
-    check_blocked_grad_weight_rows();
+    check_blocked_rows();
     check_tuned_blocked();
     lz_dnnl_conv_set(-1);
     lz_shutdown();
