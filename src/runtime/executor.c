@@ -101,10 +101,15 @@ static void run_job(job *j)
        returns, memory the host no longer holds is free (the next step can
        reuse it, and the peak and bytes-held metrics do not depend on how
        soon this thread got to run). */
-    for (int i = 0; i < p->n_inputs; i++) job_unref(j->in[i]);
-    int n_outputs = p->n_outputs;
+    const int n_inputs = p->n_inputs, n_outputs = p->n_outputs;
     lz_executable_unref(j->exe);   /* p is gone with it */
+    /* Every reference this thread drops goes under mu, inputs' too:
+       lz_executor_overwritable reads a buffer's two counters as a pair,
+       and between job_unref's two decrements the job's reference reads as
+       a host's. A replay enqueued in that instant did not donate (TSan's
+       timing hit it in test_capture_memory: 479 of 480 writes in place). */
     pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_inputs; i++) job_unref(j->in[i]);
     for (int o = 0; o < n_outputs; o++) {
         lz_buffer *b = j->out[o];
         if (err && !(kept && kept[o])) {
