@@ -8,8 +8,18 @@
 #ifndef LZ_CPU_BN_ACT_H
 #define LZ_CPU_BN_ACT_H
 
+#include <math.h>
+
 #include "backend/cpu/activation.h"
 #include "compile/program.h"
+
+/* Channel c's 1/std from the statistics [mean[C], var[C]]: one
+   expression for the forward and the gradient kernels, plain and blocked,
+   so the recomputed y is bitwise the forward's. */
+static inline float bn_inv_std(const float *stats, int64_t C, int64_t c, float eps)
+{
+    return 1.0f / sqrtf(stats[C + c] + eps);
+}
 
 /* The normalised, scaled and shifted value, in the composed form's order:
    ((x - mean) * invstd) * w + b. */

@@ -71,11 +71,6 @@ static double row_gdev(const float *g, const float *x, int64_t n, float m)
     return s;
 }
 
-static float inv_std(const float *stats, int64_t C, int64_t c, float eps)
-{
-    return 1.0f / sqrtf(stats[C + c] + eps);
-}
-
 /* A gradient step's folded activation (compile/fuse_bn_act.c): act 0
    without one. */
 typedef struct bn_fold {
@@ -167,7 +162,7 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
     for (int64_t pl = 0; pl < planes; pl++) {
         int64_t c = pl % d.C;
         /* the composed form's order: ((x - mean) * invstd) * w + b */
-        const float m = st[c], is = inv_std(st, d.C, c, eps);
+        const float m = st[c], is = bn_inv_std(st, d.C, c, eps);
         const float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
         const float *xr = x + pl * d.S;
         float *yr = y + pl * d.S;
@@ -201,13 +196,13 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
                 for (int64_t i = 0; i < d.S; i++) {
                     int64_t k = (n * d.C + c) * d.S + i;
                     float gk = g[k];
-                    if (f.act) act_grad_row(&f, c, x + k, g + k, 1, st[c], inv_std(st, d.C, c, eps), &gk);
+                    if (f.act) act_grad_row(&f, c, x + k, g + k, 1, st[c], bn_inv_std(st, d.C, c, eps), &gk);
                     acc[c] += gk;
                     acc[d.C + c] += (double)gk * (x[k] - st[c]);
                 }
         for (int64_t c = 0; c < d.C; c++) {
             gs[c] = (float)acc[c];
-            gs[d.C + c] = (float)(acc[d.C + c] * inv_std(st, d.C, c, eps));
+            gs[d.C + c] = (float)(acc[d.C + c] * bn_inv_std(st, d.C, c, eps));
         }
         free(acc);
         return NULL;
@@ -227,14 +222,14 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
             const int64_t off = (n * d.C + c) * d.S;
             const float *gr = g + off;
             if (f.act) {
-                act_grad_row(&f, c, x + off, gr, d.S, m, inv_std(st, d.C, c, eps), row);
+                act_grad_row(&f, c, x + off, gr, d.S, m, bn_inv_std(st, d.C, c, eps), row);
                 gr = row;
             }
             sg += row_sum(gr, d.S);
             sgx += row_gdev(gr, x + off, d.S, m);
         }
         gs[c] = (float)sg;
-        gs[d.C + c] = (float)(sgx * inv_std(st, d.C, c, eps));
+        gs[d.C + c] = (float)(sgx * bn_inv_std(st, d.C, c, eps));
     }
     return oom ? "batch_norm_grad_stats: out of memory" : NULL;
 }
@@ -255,7 +250,7 @@ static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const 
     #pragma omp parallel for schedule(static) if (planes * d.S > PAR_MIN && planes > 1)
     for (int64_t pl = 0; pl < planes; pl++) {
         int64_t c = pl % d.C;
-        const float m = st[c], is = inv_std(st, d.C, c, eps);
+        const float m = st[c], is = bn_inv_std(st, d.C, c, eps);
         const float a = (w ? w[c] : 1.0f) * is;
         const float mg = gs[c] * inv_m, mgx = gs[d.C + c] * inv_m;
         const float *xr = x + pl * d.S, *gr = g + pl * d.S;

@@ -130,21 +130,38 @@ const char *lz_cpu_bn_stats_blocked(const lz_program *p, const lz_step *s, void 
     return NULL;
 }
 
+/* A block's lanes' constants: mean, 1/std, and the weight and bias y is
+   computed with (1 and 0 without), the forward's also where a gradient
+   recomputes y for a folded activation. */
+typedef struct lanes {
+    float m[LANES], is[LANES], wc[LANES], bc[LANES];
+} lanes;
+
+static inline void lanes_of(lanes *l, const bn_dims *d, int64_t c0, int L, const float *st,
+                            float eps, const float *fw, const float *fb)
+{
+    for (int k = 0; k < L; k++) {
+        const int64_t c = c0 + k;
+        l->m[k] = st[c];
+        l->is[k] = bn_inv_std(st, d->C, c, eps);
+        l->wc[k] = fw ? fw[c] : 1.0f;
+        l->bc[k] = fb ? fb[c] : 0.0f;
+    }
+}
+
 /* One lane group of one sample's block; act is a constant where this is
    inlined, so each activation gets its own loop. The simd pragmas here and
    in grad_group: y may be x's memory, and without them the compiler
    checks for overlap at every pixel; an element reads only its own
    inputs, so the lanes are independent either way. */
 static inline void apply_group(const float *x, float *y, int64_t S, int B, int L,
-                               const float *restrict m, const float *restrict is,
-                               const float *restrict wc, const float *restrict bc, int act,
-                               float lo, float hi)
+                               const lanes *l, int act, float lo, float hi)
 {
     for (int64_t i = 0; i < S; i++)
         #pragma omp simd
         for (int k = 0; k < L; k++) {
             /* the plain kernel's order: ((x - mean) * invstd) * w + b */
-            float v = bn_pre_act(x[i * B + k], m[k], is[k], wc[k], bc[k]);
+            float v = bn_pre_act(x[i * B + k], l->m[k], l->is[k], l->wc[k], l->bc[k]);
             if (act == LZ_BN_ACT_RELU) v = relu_1(v);
             else if (act == LZ_BN_ACT_HARDTANH) v = hardtanh_1(v, lo, hi);
             y[i * B + k] = v;
@@ -159,23 +176,17 @@ static inline void apply_block(const lz_step *s, const bn_dims *d, int64_t cb, i
     const float lo = s->fattr[0], hi = s->fattr[1];
     for (int l0 = 0; l0 < B; l0 += LANES) {
         const int L = group_width(B, l0);
-        float m[LANES], is[LANES], wc[LANES], bc[LANES];
-        for (int k = 0; k < L; k++) {
-            const int64_t c = cb * B + l0 + k;
-            m[k] = st[c];
-            is[k] = 1.0f / sqrtf(st[d->C + c] + eps);
-            wc[k] = w ? w[c] : 1.0f;
-            bc[k] = b ? b[c] : 0.0f;
-        }
+        lanes l;
+        lanes_of(&l, d, cb * B + l0, L, st, eps, w, b);
         switch (s->iattr[2]) {
         case LZ_BN_ACT_RELU:
-            apply_group(x + l0, y + l0, d->S, B, L, m, is, wc, bc, LZ_BN_ACT_RELU, lo, hi);
+            apply_group(x + l0, y + l0, d->S, B, L, &l, LZ_BN_ACT_RELU, lo, hi);
             break;
         case LZ_BN_ACT_HARDTANH:
-            apply_group(x + l0, y + l0, d->S, B, L, m, is, wc, bc, LZ_BN_ACT_HARDTANH, lo, hi);
+            apply_group(x + l0, y + l0, d->S, B, L, &l, LZ_BN_ACT_HARDTANH, lo, hi);
             break;
         default:
-            apply_group(x + l0, y + l0, d->S, B, L, m, is, wc, bc, LZ_BN_ACT_NONE, lo, hi);
+            apply_group(x + l0, y + l0, d->S, B, L, &l, LZ_BN_ACT_NONE, lo, hi);
         }
     }
 }
@@ -205,24 +216,6 @@ const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_step *s, void 
 }
 
 /* ---- backward ----------------------------------------------------------- */
-
-/* A block's lanes' constants: mean, 1/std, and the forward's weight and
-   bias a folded activation's y is recomputed with (1 and 0 without). */
-typedef struct lanes {
-    float m[LANES], is[LANES], wc[LANES], bc[LANES];
-} lanes;
-
-static inline void lanes_of(lanes *l, const bn_dims *d, int64_t c0, int L, const float *st,
-                            float eps, const float *fw, const float *fb)
-{
-    for (int k = 0; k < L; k++) {
-        const int64_t c = c0 + k;
-        l->m[k] = st[c];
-        l->is[k] = 1.0f / sqrtf(st[d->C + c] + eps);
-        l->wc[k] = fw ? fw[c] : 1.0f;
-        l->bc[k] = fb ? fb[c] : 0.0f;
-    }
-}
 
 /* g at element j of lane k, through the folded activation's gradient */
 static inline float lane_grad(int act, const lanes *l, int k, float x, float g, float lo, float hi)
