@@ -280,17 +280,6 @@ static void check_scratch_in_arena(void)
     }
 }
 
-/* Calls of op by (library) in the profile. */
-static int64_t profiled_calls(const char *op, int library)
-{
-    lz_profile_entry e[64];
-    const int n = lz_profile_read(e, 64);
-    int64_t calls = 0;
-    for (int i = 0; i < n && i < 64; i++)
-        if (!strcmp(e[i].op, op) && e[i].library == library) calls += e[i].calls;
-    return calls;
-}
-
 /* Four convolutions whose activations go channel-blocked: 3x3 at 12x12
    (288 output pixels over the batch: oneDNN's), then at 6x6 (72 pixels:
    k_conv.c's rows for weight gradients) a strided 1x1 (columns gathered),
@@ -346,10 +335,10 @@ static void rows_step(int blocked, rows_run *r)
     CHECK(lz_sync(read, 5, 1) == 0);
     lz_profile_enable(0);
     r->executions = lz_metrics_get().executions - m0.executions;
-    r->fwd = profiled_calls("conv2d", 0);
-    r->grad_input = profiled_calls("conv2d_grad_input", 0);
-    r->grad_weight = profiled_calls("conv2d_grad_weight", 0);
-    r->onednn_grad_weight = profiled_calls("conv2d_grad_weight", 1);
+    r->fwd = lz_test_kernel_calls_by("conv2d", 0);
+    r->grad_input = lz_test_kernel_calls_by("conv2d_grad_input", 0);
+    r->grad_weight = lz_test_kernel_calls_by("conv2d_grad_weight", 0);
+    r->onednn_grad_weight = lz_test_kernel_calls_by("conv2d_grad_weight", 1);
     for (int k = 0; k < 5; k++) r->v[k] = lz_test_read(read[k]);
     lz_free(loss);
     for (int k = 0; k < 4; k++) lz_free(w[k]);

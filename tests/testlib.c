@@ -22,15 +22,20 @@ void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi
     }
 }
 
-int64_t lz_test_kernel_calls(const char *op)
+/* library -1: either */
+static int64_t kernel_calls(const char *op, int library)
 {
     lz_profile_entry e[256];
     int n = lz_profile_read(e, 256);
     int64_t calls = 0;
-    for (int i = 0; i < n; i++)
-        if (strcmp(e[i].op, op) == 0) calls += e[i].calls;
+    for (int i = 0; i < n && i < 256; i++)
+        if (strcmp(e[i].op, op) == 0 && (library < 0 || e[i].library == library))
+            calls += e[i].calls;
     return calls;
 }
+
+int64_t lz_test_kernel_calls(const char *op) { return kernel_calls(op, -1); }
+int64_t lz_test_kernel_calls_by(const char *op, int library) { return kernel_calls(op, library); }
 
 double lz_test_rel_err(const float *a, const float *b, int64_t n)
 {

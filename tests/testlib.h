@@ -24,8 +24,10 @@ int lz_test_done(void);
 void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi);
 /* Max |a-b| / max(max|b|, 1e-12): the relative error the parity tests use. */
 double lz_test_rel_err(const float *a, const float *b, int64_t n);
-/* Kernels of op (an IR op's name) in the kernel profile since its reset. */
+/* Kernels of op (an IR op's name) in the kernel profile since its reset;
+   _by: only those a library ran (1) or lazyc's own kernels (0). */
 int64_t lz_test_kernel_calls(const char *op);
+int64_t lz_test_kernel_calls_by(const char *op, int library);
 /* A new f32 tensor of the given shape with uniform values in [lo, hi). */
 lz_tensor *lz_test_rand(unsigned seed, float lo, float hi, int ndim, const int64_t *shape);
 /* Copies a tensor to a malloc'ed float array (caller frees); NULL on error. */
