@@ -5,8 +5,9 @@
  * is not used for (1x1) make no primitive, the tuned choice is timed
  * once per step shape, oneDNN's buffers are the step's scratch in the
  * executable's arena, steps on small blocked planes run on k_conv.c's
- * rows with the values of plain layouts, and tune mode times the rows
- * against oneDNN once per step shape. */
+ * rows with the values of plain layouts, tune mode times the rows
+ * against oneDNN once per step shape, and large enough 3x3 steps run by
+ * Winograd's algorithm within rounding of the direct sum. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,10 @@
 
 #define TOL 1e-5
 
-typedef struct result { float *y, *gx, *gw; int64_t ny, nx, nw, primitives, executions; } result;
+typedef struct result {
+    float *y, *gx, *gw;
+    int64_t ny, nx, nw, primitives, winograd, executions;
+} result;
 
 /* One training step of sum(conv(x, w) * r), compiled afresh with the
    oneDNN path on or off. */
@@ -33,7 +37,7 @@ static result run_case(int dnnl, const int64_t *xs, const int64_t *ws, lz_conv2d
     lz_tensor *x = lz_test_rand(41, -1, 1, 4, xs), *w = lz_test_rand(42, -0.5f, 0.5f, 4, ws);
     lz_requires_grad(x, 1);
     lz_requires_grad(w, 1);
-    int64_t p0 = lz_dnnl_conv_created();
+    int64_t p0 = lz_dnnl_conv_created(), w0 = lz_dnnl_conv_winograd();
     lz_metrics m0 = lz_metrics_get();
     lz_tensor *y = lz_conv2d(x, w, NULL, o);
     CHECK(y != NULL);
@@ -50,6 +54,7 @@ static result run_case(int dnnl, const int64_t *xs, const int64_t *ws, lz_conv2d
     lz_metrics m1 = lz_metrics_get();
     res.executions = m1.executions - m0.executions;
     res.primitives = lz_dnnl_conv_created() - p0;
+    res.winograd = lz_dnnl_conv_winograd() - w0;
     res.ny = ys[0] * ys[1] * ys[2] * ys[3];
     res.nx = xs[0] * xs[1] * xs[2] * xs[3];
     res.nw = ws[0] * ws[1] * ws[2] * ws[3];
@@ -152,6 +157,47 @@ static void check_case(int mode, const int64_t *xs, const int64_t *ws, lz_conv2d
     else CHECK(on.primitives >= min_prims);
     free_result(&on);
     free_result(&off);
+}
+
+/* A 3x3 stride-1 step with enough output tiles over the batch runs by
+   Winograd's algorithm in all three directions, and LZ_WINOGRAD=0 keeps
+   it direct; Winograd's values differ from the direct sum by rounding
+   only: y and gw against the definition in double, gx against the direct
+   primitive's (2e-6 measured, as the direct primitive's own). oneDNN has
+   Winograd on AVX-512 only. */
+static void check_winograd(void)
+{
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq")) {
+        printf("SKIPPED: check_winograd: this CPU has no AVX-512, where oneDNN has no Winograd\n");
+        return;
+    }
+    const int64_t xs[4] = {2, 64, 32, 32}, ws[4] = {64, 64, 3, 3}, ys[4] = {2, 64, 32, 32};
+    const lz_conv2d_opts o = {.padding = {1, 1}};
+    lz_winograd_set(1);
+    result wino = run_case(1, xs, ws, o);
+    lz_winograd_set(0);
+    result direct = run_case(1, xs, ws, o);
+    lz_winograd_set(-1);
+    CHECK(wino.y && wino.gx && wino.gw && direct.y && direct.gx && direct.gw);
+    if (wino.y && wino.gx && wino.gw && direct.y && direct.gx && direct.gw) {
+        const double en = naive_err(wino.y, wino.gw, xs, ws, ys, o);
+        const double ex = lz_test_rel_err(wino.gx, direct.gx, wino.nx);
+        const double ed = naive_err(direct.y, direct.gw, xs, ws, ys, o);
+        printf("winograd                     primitives %lld (%lld Winograd), direct %lld (%lld)  "
+               "naive %.1e (direct %.1e)  gx vs direct %.1e\n",
+               (long long)wino.primitives, (long long)wino.winograd,
+               (long long)direct.primitives, (long long)direct.winograd, en, ed, ex);
+        CHECK(en <= TOL);
+        CHECK(ex <= TOL);
+        CHECK(ed <= TOL);
+    }
+    CHECK_EQ_I(wino.winograd, 3);
+    CHECK_EQ_I(direct.primitives, 3);
+    CHECK_EQ_I(direct.winograd, 0);
+    CHECK_EQ_I(wino.executions, 1);
+    free_result(&wino);
+    free_result(&direct);
 }
 
 /* LZ_DNNL_CONV=tune: a step shape is timed once per process, every way it
@@ -458,6 +504,7 @@ int main(void)
                 (lz_conv2d_opts){.padding = {1, 1}}, 0, "tuned 3x3");
     check_tuned((int64_t[]){2, 256, 8, 8}, (int64_t[]){512, 256, 1, 1}, (lz_conv2d_opts){0}, 1,
                 "tuned 1x1");
+    check_winograd();
     check_scratch_in_arena();
     check_blocked_rows();
     check_tuned_blocked();

@@ -134,14 +134,18 @@ struct lz_backend;
    blocked, as the backend reports (compile/layout.c), unless blocked
    layouts are off. Runs after lz_plan_views. */
 void lz_plan_layouts(lz_program *p, const struct lz_backend *be);
-/* Whether lz_plan_layouts marks any, and whether lz_fuse fuses
-   (switches.c): LZ_BLOCKED=0 and LZ_FUSION=0 in the environment (read
-   once) turn them off; the _set functions override that (1 on, 0 off, -1
-   back to the environment) for tests and benchmarks. Executables already
-   compiled keep their steps. */
+/* Whether lz_plan_layouts marks any, whether lz_fuse fuses, and whether
+   a backend may run a 3x3 convolution by Winograd's algorithm (fewer
+   multiplications, results that differ from the direct sum by rounding)
+   (switches.c): LZ_BLOCKED=0, LZ_FUSION=0 and LZ_WINOGRAD=0 in the
+   environment (read once) turn them off; the _set functions override
+   that (1 on, 0 off, -1 back to the environment) for tests and
+   benchmarks. Executables already compiled keep their steps. */
 int  lz_blocked_layouts_enabled(void);
 void lz_blocked_layouts_set(int on);
 int  lz_fusion_enabled(void);
 void lz_fusion_set(int on);
+int  lz_winograd_enabled(void);
+void lz_winograd_set(int on);
 
 #endif

@@ -1,7 +1,8 @@
-/* The compiler passes that can be turned off (program.h): each reads its
- * environment variable once ("0" turns it off), and tests and benchmarks
- * override it without touching the environment. Executables already
- * compiled keep what they were compiled with. */
+/* The compiler passes, and the backend's one choice of algorithm, that
+ * can be turned off (program.h): each reads its environment variable once
+ * ("0" turns it off), and tests and benchmarks override it without
+ * touching the environment. Executables already compiled keep what they
+ * were compiled with. */
 #include <stdlib.h>
 
 #include "compile/program.h"
@@ -12,7 +13,8 @@ typedef struct pass_switch {
     int from_env;    /* -1: not read yet */
 } pass_switch;
 
-static pass_switch fusion = {"LZ_FUSION", -1, -1}, blocked = {"LZ_BLOCKED", -1, -1};
+static pass_switch fusion = {"LZ_FUSION", -1, -1}, blocked = {"LZ_BLOCKED", -1, -1},
+                   winograd = {"LZ_WINOGRAD", -1, -1};
 
 static int switch_on(pass_switch *s)
 {
@@ -30,3 +32,5 @@ int  lz_fusion_enabled(void) { return switch_on(&fusion); }
 void lz_fusion_set(int on) { switch_set(&fusion, on); }
 int  lz_blocked_layouts_enabled(void) { return switch_on(&blocked); }
 void lz_blocked_layouts_set(int on) { switch_set(&blocked, on); }
+int  lz_winograd_enabled(void) { return switch_on(&winograd); }
+void lz_winograd_set(int on) { switch_set(&winograd, on); }

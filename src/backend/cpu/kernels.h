@@ -60,9 +60,11 @@ const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op);   /* k_dnnl_conv.c 
 #define LZ_DNNL_CONV_TUNE 3
 int  lz_dnnl_conv_enabled(void);
 void lz_dnnl_conv_set(int on);
-/* How many steps were prepared with a oneDNN primitive, ever, and how
-   many step shapes were timed to choose their way (tests). */
+/* How many steps were prepared with a oneDNN primitive, ever, how many
+   of those by Winograd's algorithm, and how many step shapes were timed
+   to choose their way (tests). */
 int64_t lz_dnnl_conv_created(void);
+int64_t lz_dnnl_conv_winograd(void);
 int64_t lz_dnnl_conv_timed(void);
 /* Whether oneDNN has a jit primitive for conv2d step s with its
    activations in channel block b (k_dnnl_conv.c). */
