@@ -22,6 +22,13 @@ double bench_gflops(const bench_row *r)
     return c->ms > 0 && c->flops_per_step > 0 ? c->flops_per_step / c->ms / 1e6 : NAN;
 }
 
+/* What the GFLOP/s column counts, under the table: the model's FLOPs,
+   which the Winograd steps do not all perform. */
+static const char flops_note[] =
+    "GFLOP/s counts every convolution as the direct sum (the model's FLOPs). 3x3\n"
+    "convolutions that run by Winograd's algorithm do about a quarter of those\n"
+    "multiplications, so % peak can pass 100% (LZ_WINOGRAD=0: every step direct).";
+
 static double pct_peak(const bench_table *t, const bench_row *r)
 {
     return t->peak_gflops > 0 ? 100.0 * bench_gflops(r) / t->peak_gflops : NAN;
@@ -154,6 +161,7 @@ void bench_print_table(FILE *f, const bench_table *t)
         fprintf(f, "\nfp32 peak (2048^3 sgemm, this run): %.1f GFLOP/s\n", t->peak_gflops);
     else
         fprintf(f, "\nfp32 peak: not measured\n");
+    fprintf(f, "%s\n", flops_note);
     for (int i = 0; i < t->n; i++)
         if (t->rows[i].note[0])
             fprintf(f, "note: %s: %s\n", t->rows[i].model, t->rows[i].note);
@@ -234,6 +242,7 @@ int bench_write_markdown(const char *path, const bench_table *t)
     }
     if (t->peak_gflops > 0)
         fprintf(f, "\nfp32 peak (2048^3 sgemm, this run): %.1f GFLOP/s\n", t->peak_gflops);
+    fprintf(f, "\n%s\n", flops_note);
     for (int i = 0; i < t->n; i++)
         if (t->rows[i].note[0])
             fprintf(f, "\n- %s: %s", t->rows[i].model, t->rows[i].note);
