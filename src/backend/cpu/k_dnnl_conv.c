@@ -88,8 +88,9 @@
  *
  * A 3x3 stride-1 step runs by Winograd's algorithm (oneDNN's F(4x4, 3x3),
  * on AVX-512: a quarter of the multiplications, in all three directions)
- * when its output has at least 32 tiles of 4x4 over the batch and tiles
- * times channels reach 8192; LZ_WINOGRAD=0 keeps every step direct.
+ * where it measured faster: 4x4 output tiles 85% or more filled, 32 or
+ * more channels in and out, and 64 tiles over the batch, or 32 with 256
+ * channels (winograd_fits); LZ_WINOGRAD=0 keeps every step direct.
  * Its values differ from the direct sum by rounding (test_conv_dnnl: 2e-6
  * relative, as the direct primitive's own). The primitive alone, nChw16c,
  * 2 cores, best of 6, ms, direct / Winograd, forward, grad input, grad
@@ -102,12 +103,17 @@
  *     N8 C128 16x16         3.4/2.0    3.8/2.0    3.7/2.0
  *     N8 C256 8x8           3.0/2.9    3.1/3.0    3.1/2.7
  *     N2 C64  32x32         0.74/0.46  0.98/0.47  1.01/0.54
- * and below the line (tiles, times channels):
- *     N8 C128 8x8   (4096)  0.62/0.66  0.66/0.77  0.72/0.64
- *     N2 C64  16x16 (2048)  0.20/0.20  0.19/0.20  0.20/0.17
- *     N4 C256 8x8   (4096)  1.27/1.96  1.34/2.19  1.49/1.95
- *     N2 C16  32x32 (2048)  0.07/0.10  0.06/0.10  0.07/0.11
- *     N8 C512 4x4   (8 tiles)  3.2/7.2 3.2/7.4    4.9/11.1
+ *     N8 C32->128 15x15     0.63/0.42  0.68/0.49  0.68/0.65   (squeezenet)
+ * and outside the rule (tiles over the batch):
+ *     N8 C128 8x8   (32)    0.62/0.66  0.66/0.77  0.72/0.64
+ *     N8 C64  8x8   (32)    0.16/0.21  0.16/0.21  0.17/0.17
+ *     N2 C64  16x16 (32)    0.20/0.20  0.19/0.20  0.20/0.17
+ *     N4 C256 8x8   (16)    1.27/1.96  1.34/2.19  1.49/1.95
+ *     N2 C16  32x32 (128)   0.07/0.10  0.06/0.10  0.07/0.11
+ *     N8 C16->64 31x31      0.63/0.69  0.93/0.75  0.82/1.07   (squeezenet)
+ *     N8 C384->256 7x7      2.71/3.90  2.79/3.71  3.53/5.14   (alexnet)
+ *     N8 C256 7x7           1.74/2.46  1.83/2.51  2.19/2.74
+ *     N8 C512 4x4   (8)     3.2/7.2    3.2/7.4    4.9/11.1
  * vgg16's captured step at bench size went from 2036 to 1130 ms.
  *
  * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
@@ -408,21 +414,22 @@ static int make_descs(conv_descs *d, const lz_step *s, const lz_value *X, const 
 }
 
 /* Whether a step may run by Winograd's algorithm (oneDNN's F(4x4, 3x3)):
-   3x3, stride 1, not dilated, not grouped, with enough 4x4 output tiles
-   over the batch, times channels, to keep its products busy (see the top
-   comment). oneDNN refuses the rest (channels not a multiple of 16). */
-#define WINOGRAD_MIN_TILES 32
-#define WINOGRAD_MIN_WORK 8192   /* tiles times the fewer of input and output channels */
-
+   3x3, stride 1, not dilated, not grouped; its 4x4 output tiles 85% or
+   more filled (a 7x7 plane's four tiles are 77%), at least 32 input and
+   output channels, and 64 tiles over the batch, or 32 with 256 channels
+   (the top comment's figures). oneDNN refuses the rest (channels not a
+   multiple of 16, no AVX-512). */
 static int winograd_fits(const conv_descs *d)
 {
     const dnnl_memory_desc_t *x = &d->plain[0], *w = &d->plain[1], *y = &d->plain[2];
     if (!lz_winograd_enabled() || w->ndims != 4 || w->dims[2] != 3 || w->dims[3] != 3 ||
         d->st[0] != 1 || d->st[1] != 1 || d->dil[0] || d->dil[1])
         return 0;
-    const int64_t tiles = y->dims[0] * ((y->dims[2] + 3) / 4) * ((y->dims[3] + 3) / 4);
+    const int64_t per_image = ((y->dims[2] + 3) / 4) * ((y->dims[3] + 3) / 4);
+    const int64_t tiles = y->dims[0] * per_image;
     const int64_t channels = x->dims[1] < y->dims[1] ? x->dims[1] : y->dims[1];
-    return tiles >= WINOGRAD_MIN_TILES && tiles * channels >= WINOGRAD_MIN_WORK;
+    const int filled = 100 * y->dims[2] * y->dims[3] >= 85 * 16 * per_image;
+    return filled && channels >= 32 && (tiles >= 64 || (tiles >= 32 && channels >= 256));
 }
 
 /* The step's primitive desc on d (see make_pd), Winograd's where it fits
