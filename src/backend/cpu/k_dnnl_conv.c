@@ -166,21 +166,17 @@ int lz_dnnl_conv_enabled(void)
 
 void lz_dnnl_conv_set(int on) { forced = on < 0 ? -1 : on > LZ_DNNL_CONV_TUNE ? LZ_DNNL_CONV_TUNE : on; }
 
-int64_t lz_dnnl_conv_created(void)
+/* A counter below, read under the lock that guards its updates. */
+static int64_t locked_read(const int64_t *counter)
 {
     pthread_mutex_lock(&lock);
-    int64_t n = created;
+    int64_t n = *counter;
     pthread_mutex_unlock(&lock);
     return n;
 }
 
-int64_t lz_dnnl_conv_winograd(void)
-{
-    pthread_mutex_lock(&lock);
-    int64_t n = winograd;
-    pthread_mutex_unlock(&lock);
-    return n;
-}
+int64_t lz_dnnl_conv_created(void) { return locked_read(&created); }
+int64_t lz_dnnl_conv_winograd(void) { return locked_read(&winograd); }
 
 void lz_dnnl_conv_trim(void)
 {
@@ -584,13 +580,7 @@ static struct { int64_t key[KEY_LEN]; int way; } tuned[N_TUNED];
 static int n_tuned;
 static int64_t timed;   /* steps timed, ever (tests) */
 
-int64_t lz_dnnl_conv_timed(void)
-{
-    pthread_mutex_lock(&lock);
-    int64_t n = timed;
-    pthread_mutex_unlock(&lock);
-    return n;
-}
+int64_t lz_dnnl_conv_timed(void) { return locked_read(&timed); }
 
 static void step_key(const lz_step *s, const lz_value *X, const lz_value *W, const lz_value *Y,
                      int64_t *key)
