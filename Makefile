@@ -46,7 +46,7 @@ install: build
 clean:
 	rm -rf $(BUILD)
 
-# Sanitizer builds (README, "Sanitizers"). A report aborts the test
+# Sanitizer builds (docs/reliability.md, "Sanitizers"). A report aborts the test
 # (abort_on_error, halt_on_error, and -fno-sanitize-recover in CMakeLists.txt)
 # so that ctest counts it as a failure.
 ASAN_BUILD ?= build-asan

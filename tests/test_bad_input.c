@@ -8,7 +8,7 @@
  * dtype and axis errors of the element-wise, reduction and shape ops.)
  *
  * LZ_LIST_CASES=1 prints the cases and their messages as the table rows in
- * README's Reliability section. */
+ * docs/reliability.md, "Bad input through the API". */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

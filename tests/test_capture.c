@@ -1,4 +1,4 @@
-/* Capture and replay (DESIGN.md semantics 7 and 8), asserted on counters,
+/* Capture and replay (docs/design.md semantics 7 and 8), asserted on counters,
  * with every captured run compared against the same loop run lazily. */
 #include <math.h>
 #include <stdlib.h>

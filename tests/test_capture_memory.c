@@ -95,7 +95,7 @@ static void test_replay_bytes_flat(void)
        buffers and 4 gradients over the old ones */
     CHECK_EQ_I(mt.in_place_writes, 40 * 12);
     /* waited: the remade gradient lands in its old buffer, and the new
-       parameter in the old parameter's (DESIGN.md semantic 7) */
+       parameter in the old parameter's (docs/design.md semantic 7) */
     const lz_buffer *before = lz_grad(m.w1)->node->buf, *w_before = m.w1->node->buf;
     call(f, 43, 1);
     CHECK(lz_grad(m.w1)->node->buf == before);

@@ -1,4 +1,4 @@
-/* The numbered semantics of DESIGN.md (1-6, 9), asserted on counters. */
+/* The numbered semantics of docs/design.md (1-6, 9), asserted on counters. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,11 +2,12 @@
  * a few 2048^3 dnnl_sgemm calls, measured in the same run as the models so
  * that the percentage reflects this machine as it is now (turbo, other
  * load). oneDNN's sgemm is within a few percent of the cores' FMA limit
- * here (DESIGN.md: about 260-285 GFLOP/s on 2 cores), and it is the kernel
+ * here (the design measured about 260-285 GFLOP/s on 2 cores; see
+ * docs/design.md, "Dependencies"), and it is the kernel
  * lazyc's matmuls use, so "% peak" reads as "% of what our GEMM reaches".
  * The figure moves with other load: on the 2-core development machine its
  * best reading was 414 GFLOP/s (about the AVX-512 limit of 2 cores x 2 FMA
- * units x 16 lanes x 2 flops x 3.2 GHz), DESIGN.md quotes 260-285, and
+ * units x 16 lanes x 2 flops x 3.2 GHz), the design quotes 260-285, and
  * 60-200 came out while other jobs ran; hence the best of many calls, and
  * a second reading after the models (cmd_bench.c keeps the higher: on this
  * project's shared 2-core machine one run's first reading was 141.6 while

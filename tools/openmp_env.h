@@ -1,6 +1,6 @@
 /* OpenMP's worker threads spin after each parallel region by default. On
  * a 2-core machine they then steal the core that records the next step,
- * and a small step runs 5-40x slower (DESIGN.md, "Threads on 2 cores").
+ * and a small step runs 5-40x slower (docs/threads.md, "OpenMP").
  * libgomp reads its wait policy once, when it is loaded, before main runs;
  * so a program that wants blocking workers re-executes itself once with
  * OMP_WAIT_POLICY=passive set, unless the user chose a policy. */

@@ -1,4 +1,4 @@
-/* In-place updates (DESIGN.md, semantic 7). A captured replay, or a lazy
+/* In-place updates (docs/design.md, semantic 7). A captured replay, or a lazy
  * full step, donates the buffers of the parameters and optimizer state it
  * updates: the new value is written over the old one, so a step holds one
  * copy of the model's state, not two. Which output may take which input's

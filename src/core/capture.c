@@ -479,7 +479,7 @@ static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *con
 /* The buffer of state tensor i if this replay may write its new value
    there: the executable does not read the old value (a gradient remade
    every step), or reads it only before it writes the new one (a parameter
-   or a momentum buffer: donated, DESIGN.md semantic 7), and nothing else
+   or a momentum buffer: donated, docs/design.md semantic 7), and nothing else
    can read it after (no other node or tensor holds it; executions in
    flight run first: lz_executor_overwritable).
    Reusing it keeps a replay from holding the state's old and new values at

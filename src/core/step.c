@@ -121,7 +121,7 @@ static void fail_outputs(const lz_graph *g, const int *keep)
 
 /* Per output of a full step (every pending tensor a root): the buffer of
    the value it replaces, when the new value may be written over it
-   (DESIGN.md semantic 7: donated, as a captured replay does): the program
+   (docs/design.md semantic 7: donated, as a captured replay does): the program
    allows the pair (lz_program_may_overwrite), one leaf node holds the
    buffer besides executions in flight, which run first
    (lz_executor_overwritable), and every reference to that leaf is an

@@ -10,14 +10,11 @@
  * Threading: when the (image, group) items split evenly over the OpenMP
  * team, each thread takes whole items with its own column buffer and a
  * single-threaded sgemm (oneDNN runs sgemm on the calling thread alone
- * inside a parallel region), so im2col/col2im run in parallel too. Measured
- * on this machine's 2 cores, idle, for a resnet-like layer (N=8, C=O=64,
- * 32x32, 3x3, pad 1; 100 interleaved runs each, best / median):
- *     forward      team 2.21 / 2.37 ms (273 GFLOP/s)   threaded sgemm 3.59 / 3.77 ms
- *     grad input   team 2.08 / 2.19 ms (291 GFLOP/s)                  3.80 / 4.06 ms
- *     grad weight  team 2.35 / 2.46 ms (257 GFLOP/s)                  4.01 / 4.16 ms
- * so the team is kept (N=2: 0.62 vs 0.88 ms forward). With one item (a
- * single image, one group) sgemm takes the whole team instead.
+ * inside a parallel region), so im2col/col2im run in parallel too: on a
+ * resnet-like layer that was faster than one threaded sgemm per item in
+ * all three directions (docs/performance.md, "Convolution measurements").
+ * With one item (a single image, one group) sgemm takes the whole team
+ * instead.
  *
  * Depthwise convolution (one input channel per group) runs as a direct
  * loop: its column matrix would have KH*KW rows and turn each product into
@@ -322,8 +319,8 @@ static int can_gather(const geom *g)
    gradient private per-thread copies of dw cost more to clear and add up
    than the products themselves. Then every image's columns go side by side
    into one [K, N*P] matrix, the output or its gradient into one [Og, N*P],
-   and a single threaded sgemm per group does the work. (N=8, 1x1, 1024 ->
-   256 channels at 8x8: forward 1.36 ms one image at a time.) */
+   and a single threaded sgemm per group does the work (figures in
+   docs/performance.md). */
 static int use_gathered(const geom *g, lz_conv_path path)
 {
     if (path != LZ_CONV_BY_RULE) return path == LZ_CONV_GATHERED && can_gather(g);
