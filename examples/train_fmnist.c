@@ -1,6 +1,5 @@
-/* A small convolutional net learns Fashion-MNIST: a shuffling loader, AdamW
-   with a cosine schedule, the training step captured (one execution a step),
-   a checkpoint after each epoch that the next run resumes from.
+/* A small conv net learns Fashion-MNIST: a shuffling loader, AdamW with a cosine
+   schedule, the step captured (one execution each), a checkpoint per epoch.
    Build: cc train_fmnist.c $(pkg-config --cflags --libs lazyc)
    Run:   OMP_WAIT_POLICY=passive ./a.out [DATA_DIR [TRAIN_LIMIT [EPOCHS]]] */
 #include <lazyc.h>
@@ -10,9 +9,8 @@
 #define CKPT "fmnist.safetensors"
 typedef struct net { lz_params *params; lz_adamw *opt; } net;
 
-static int fail(const char *what) {
-    fprintf(stderr, "train_fmnist: %s: %s\n", what, lz_last_error() ? lz_last_error() : "failed");
-    return 1;
+static int fail(const char *what) {      /* lz_last_error() names what went wrong */
+    return fprintf(stderr, "train_fmnist: %s: %s\n", what, lz_last_error() ? lz_last_error() : "?"), 1;
 }
 
 /* uniform(-bound, bound) from xorshift32; bound 1/sqrt(fan in), torch's default */

@@ -6,7 +6,8 @@
 # must run one execution per step and score far above chance (10%).
 # usage: test_readme_example.sh README.md EXAMPLE.c INCLUDE_DIR LIBLAZYC.so
 set -u
-readme=$1 example=$2 include=$3 lib=$4
+readme=$1 example=$2 include=$3
+lib=$(cd "$(dirname "$4")" && pwd)/$(basename "$4")   # absolute: the rpath and the run are elsewhere
 cc=${CC:-cc}
 data=/usr/share/datasets/fashion-mnist
 
