@@ -57,7 +57,8 @@ static double accuracy(net *m, lz_loader *test) {        /* batches of at most 1
         int ok = lz_to_host(out, logits, sizeof(float) * (size_t)(b * 10)) == 0 &&
                  lz_to_host(y, labels, sizeof(int64_t) * (size_t)b) == 0;
         lz_free(out), lz_free(x), lz_free(y);
-        for (int64_t i = 0; ok && i < b; i++, seen++) {
+        if (!ok) return -1;
+        for (int64_t i = 0; i < b; i++, seen++) {
             int best = 0;
             for (int k = 1; k < 10; k++) best = logits[i * 10 + k] > logits[i * 10 + best] ? k : best;
             right += best == labels[i];
@@ -69,9 +70,10 @@ static double accuracy(net *m, lz_loader *test) {        /* batches of at most 1
 /* What a checkpoint holds: parameters, AdamW's moments and steps, the generator. */
 static lz_params *checkpoint(net *m) {
     lz_params *ck = lz_params_new();
-    for (int i = 0; ck && i < lz_params_count(m->params); i++)
-        lz_params_add(ck, lz_params_name(m->params, i), lz_retain(lz_params_at(m->params, i)), 0);
-    if (lz_adamw_state(m->opt, ck, "optimizer") || lz_rng_state(ck, "rng")) lz_params_free(ck), ck = NULL;
+    int ok = ck != NULL;
+    for (int i = 0; ok && i < lz_params_count(m->params); i++)
+        ok = lz_params_add(ck, lz_params_name(m->params, i), lz_retain(lz_params_at(m->params, i)), 0) != NULL;
+    if (!ok || lz_adamw_state(m->opt, ck, "optimizer") || lz_rng_state(ck, "rng")) lz_params_free(ck), ck = NULL;
     return ck;
 }
 
