@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's training example, from the README's own text: its C block must
+# The README's training example, from the README's own text: its first C block must
 # be examples/train_fmnist.c verbatim; the block is compiled with -Wall -Wextra
 # -Werror against the built library and run on 2,048 Fashion-MNIST images:
 # one epoch, then a second run that resumes from the checkpoint. Each epoch
@@ -13,8 +13,8 @@ data=/usr/share/datasets/fashion-mnist
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# the README has one C block: the lines between ```c and the next ```
-awk '/^```c$/ { on = 1; next } /^```$/ { on = 0 } on' "$readme" > "$tmp/readme_example.c"
+# the README's first C block: the lines between its ```c and the next ```
+awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' "$readme" > "$tmp/readme_example.c"
 [ -s "$tmp/readme_example.c" ] || { echo "FAIL: no \`\`\`c block in $readme"; exit 1; }
 if ! diff "$tmp/readme_example.c" "$example"; then
     echo "FAIL: the C block of $readme differs from $example (diff above: README < > example)"
