@@ -180,8 +180,8 @@ LZ_API lz_tensor *lz_adaptive_avg_pool2d(lz_tensor *x, int out_h, int out_w);
    in the same graph (lz_assign, torch's momentum and unbiased variance);
    in eval it uses the running statistics. weight/bias may be NULL. */
 LZ_API lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
-                         lz_tensor *running_mean, lz_tensor *running_var,
-                         int training, float momentum, float eps);
+                                lz_tensor *running_mean, lz_tensor *running_var,
+                                int training, float momentum, float eps);
 /* Normalises over the last n_axes axes; weight/bias (that shape) may be NULL. */
 LZ_API lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor *bias, float eps);
 /* weight [V, D], indices i64/i32 of any shape -> [..., D]. */
@@ -304,7 +304,7 @@ LZ_API lz_params *lz_safetensors_read(const char *path);
 /* Like lz_safetensors_save, also writing n_meta string pairs into the
    header's __metadata__ (a checkpoint's epoch and step, for instance). */
 LZ_API int   lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
-                               const char *const *keys, const char *const *values);
+                                      const char *const *keys, const char *const *values);
 /* The __metadata__ value of key in path as a new string (caller frees);
    NULL + error when the file is bad or has no such key. */
 LZ_API char *lz_safetensors_read_meta(const char *path, const char *key);
