@@ -201,6 +201,14 @@ LZ_API lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tens
    replay of a capture draws new numbers, and equal seeds give equal
    sequences in lazy, eager and captured mode. */
 LZ_API void       lz_manual_seed(uint64_t seed);
+/* A new f32 tensor of the given shape drawn from the generator: uniform in
+   [0, 1) (lz_rand) or standard normal (lz_randn). Drawn in the graph, like
+   dropout's masks: after lz_manual_seed(s) the same calls give the same
+   numbers, in lazy, eager and captured mode, and each call advances the
+   counter by the element count. Carries no gradient (a parameter made from
+   one is a leaf). */
+LZ_API lz_tensor *lz_rand(int ndim, const int64_t *shape);
+LZ_API lz_tensor *lz_randn(int ndim, const int64_t *shape);
 /* Zeroes each element with probability p and scales the rest by 1/(1-p)
    when training; identity otherwise. */
 LZ_API lz_tensor *lz_dropout(lz_tensor *x, float p, int training);

@@ -1,6 +1,7 @@
 /* Kernels of the neural-network ops without convolution: hardtanh and its
  * gradient, embedding lookup and its scatter-add gradient, the dropout
  * mask and the generator's counter. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -153,6 +154,33 @@ static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *c
     return NULL;
 }
 
+/* (seed, counter) -> element i from (seed, counter + i) on dropout's
+   stream: uniform [0, 1) from the top 24 bits (exact in f32), or normal(0, 1)
+   by Box-Muller from the two 32-bit halves (u1 in (0, 1], so log is finite;
+   |x| <= 6.67). */
+static const char *k_rand(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const int64_t n = p->values[s->out].numel;
+    uint64_t seed, counter;
+    memcpy(&seed, ptrs[s->in[0]], sizeof seed);
+    memcpy(&counter, ptrs[s->in[1]], sizeof counter);
+    float *out = ptrs[s->out];
+    const int normal = s->iattr[0] == 1;
+    const uint64_t key = mix64(seed ^ 0x6A09E667F3BCC909ull);
+    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = mix64(key + (counter + (uint64_t)i + 1) * GOLDEN);
+        if (!normal) {
+            out[i] = (float)(r >> 40) * (1.0f / 16777216.0f);
+            continue;
+        }
+        double u1 = ((double)(r >> 32) + 1.0) * (1.0 / 4294967296.0);
+        double u2 = (double)(r & 0xFFFFFFFFu) * (1.0 / 4294967296.0);
+        out[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    return NULL;
+}
+
 static const char *k_rng_advance(const lz_program *p, const lz_step *s, void *const *ptrs)
 {
     (void)p;
@@ -172,6 +200,7 @@ lz_kernel lz_cpu_nn_kernel(lz_op op)
     case LZ_OP_EMBEDDING_GRAD: return k_embedding_grad;
     case LZ_OP_DROPOUT_MASK:   return k_dropout_mask;
     case LZ_OP_RNG_ADVANCE:    return k_rng_advance;
+    case LZ_OP_RAND:           return k_rand;
     default:                   return NULL;
     }
 }

@@ -13,7 +13,7 @@ lz_kernel lz_cpu_reduce_kernel(lz_op op);        /* k_reduce.c */
 lz_kernel lz_cpu_shape_kernel(lz_op op);         /* k_shape.c */
 lz_kernel lz_cpu_linalg_kernel(lz_op op);        /* k_linalg.c: matmul, softmax, losses */
 lz_kernel lz_cpu_misc_kernel(lz_op op);          /* k_misc.c: fill, copy, test gate */
-lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding, dropout, rng */
+lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding, dropout, rand, rng */
 lz_kernel lz_cpu_conv_kernel(lz_op op);          /* k_conv.c: conv2d, pooling */
 lz_kernel lz_cpu_batch_norm_kernel(lz_op op);    /* k_batch_norm.c: fused training batch norm */
 lz_kernel lz_cpu_fused_kernel(lz_op op);         /* k_fused.c: fused element-wise chains */
