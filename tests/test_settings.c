@@ -16,16 +16,20 @@
 #include "compile/program.h"
 #include "core/settings.h"
 
-typedef struct { const char *name, *good, *bad; } case_values;
+/* driven: the checks below run the code that reads the variable, so the
+   table must mark it read (a variable without that is checked through
+   lz_setting only). */
+typedef struct { const char *name, *good, *bad; int driven; } case_values;
 
-/* A non-default accepted value and a refused one for every variable. */
+/* A non-default accepted value and a refused one (NULL for text) for every
+   variable in the table, in the table's order. */
 static const case_values cases[] = {
-    {"LZ_EAGER", "1", "yes"},          {"LZ_FUSION", "0", "off"},
-    {"LZ_BLOCKED", "0", "2"},          {"LZ_WINOGRAD", "0", " 0"},
-    {"LZ_DNNL_CONV", "tune", "3"},     {"LZ_CACHE_CAPACITY", "2", "0"},
-    {"LZ_POOL_MIB", "1", "-1"},        {"LZ_FAULT_ALLOC", "2", "abc"},
-    {"LZ_FAULT_KERNEL", "3", "1x"},    {"LZ_TORCH_PYTHON", "/x/python", NULL},
-    {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL},
+    {"LZ_EAGER", "1", "yes", 1},          {"LZ_FUSION", "0", "off", 1},
+    {"LZ_BLOCKED", "0", "2", 1},          {"LZ_WINOGRAD", "0", " 0", 1},
+    {"LZ_DNNL_CONV", "tune", "3", 1},     {"LZ_CACHE_CAPACITY", "2", "0", 1},
+    {"LZ_POOL_MIB", "1", "-1", 1},        {"LZ_FAULT_ALLOC", "2", "abc", 1},
+    {"LZ_FAULT_KERNEL", "3", "1x", 1},    {"LZ_TORCH_PYTHON", "/x/python", NULL, 1},
+    {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL, 1}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL, 1},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -73,8 +77,8 @@ static void check_all_read(void)
     for (int i = 0; i < lz_settings_count(); i++) {
         lz_setting_info s;
         CHECK(lz_settings_get(i, &s) == 0);
-        if (!s.read) fprintf(stderr, "%s was not read\n", s.name);
-        CHECK(s.read);
+        if (!s.read && cases[i].driven) fprintf(stderr, "%s was not read\n", s.name);
+        CHECK(s.read || !cases[i].driven);
     }
 }
 
@@ -111,6 +115,8 @@ static void case_set(void)
         CHECK(lz_settings_get(i, &s) == 0);
         CHECK(!strcmp(s.name, cases[i].name));
         CHECK(s.valid && s.env && !strcmp(s.value, cases[i].good));
+        const char *v = lz_setting(cases[i].name);
+        CHECK(v && !strcmp(v, cases[i].good));
     }
     CHECK(lz_setting("LZ_NO_SUCH") == NULL);
     CHECK(lz_last_error() && strstr(lz_last_error(), "LZ_NO_SUCH"));
@@ -140,6 +146,12 @@ static void case_unset(void)
 {
     for (int i = 0; i < N_CASES; i++) unsetenv(cases[i].name);
     check_defaults();
+    for (int i = 0; i < N_CASES; i++) {
+        lz_setting_info s;
+        CHECK(lz_settings_get(i, &s) == 0 && s.valid && !s.env);
+        const char *v = lz_setting(cases[i].name);
+        CHECK(v && !strcmp(v, s.default_value));
+    }
 }
 
 static void case_refused(void)
@@ -152,6 +164,7 @@ static void case_refused(void)
     int saved = dup(2);
     dup2(fd, 2);
     check_defaults();
+    for (int i = 0; i < N_CASES; i++) lz_setting(cases[i].name);   /* undriven ones warn here */
     /* read again: no second warning */
     CHECK_EQ_I(lz_is_eager() + lz_fusion_enabled() + lz_setting_int(LZ_SETTING_CACHE_CAPACITY), 513);
     fflush(stderr);
