@@ -13,13 +13,11 @@
  * [min, max]), CHOICE (one of the "|"-separated choices; the value is its
  * index) or TEXT (any string). An empty value counts as unset.
  *
- * Ground floor: depends on nothing but the C library. */
+ * Ground floor: settings.c depends on nothing but the error module. */
 #ifndef LZ_SETTINGS_H
 #define LZ_SETTINGS_H
 
 #include <stdint.h>
-
-#include "lazyc.h"
 
 #define LZ_SETTINGS(X) \
     X(EAGER,          BOOL,   "0",    0, 1, NULL, "1: every op executes as soon as it is recorded (lz_set_eager overrides)") \
