@@ -7,7 +7,8 @@
 # usage: test_exports.sh BUILD_DIR
 set -euo pipefail
 build=$1
-cc=${CC:-cc}
+# -aux-info (the declarations as the compiler read them) is GCC's
+command -v gcc > /dev/null || { echo "SKIP: test_exports reads the headers with gcc -aux-info"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -19,7 +20,7 @@ headers=$(cd "$tmp/p/include" && ls ./*.h)
 
 # every installed header on its own compiles (self-contained) and together
 for h in $headers; do echo "#include \"$h\""; done > "$tmp/all.c"
-$cc -std=c11 -Wall -Wextra -Werror -I"$tmp/p/include" -fsyntax-only -aux-info "$tmp/aux.txt" "$tmp/all.c"
+gcc -std=c11 -Wall -Wextra -Werror -I"$tmp/p/include" -fsyntax-only -aux-info "$tmp/aux.txt" "$tmp/all.c"
 # declarations (:NC), not definitions (static inline helpers: :NF)
 grep -F "$tmp/p/include/" "$tmp/aux.txt" | grep ':NC \*/' \
   | sed -E 's/^.*[ *]([A-Za-z_][A-Za-z_0-9]*) \(.*$/\1/' | sort -u > "$tmp/declared"

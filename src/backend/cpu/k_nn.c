@@ -1,6 +1,6 @@
 /* Kernels of the neural-network ops without convolution: hardtanh and its
  * gradient, embedding lookup and its scatter-add gradient, the dropout
- * mask and the generator's counter. */
+ * mask, random tensors and the generator's counter. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
