@@ -90,6 +90,7 @@ LZ_API int lz_bn_make(lz_layer_ctx *c, lz_bn_layer *l, int64_t ch,
 typedef struct lz_linear_layer {
     lz_tensor *weight, *bias;    /* weight [out, in]; bias [out] or NULL */
 } lz_linear_layer;
+/* nn.Linear(in, out, bias=bias): "<name>.weight" [out, in], "<name>.bias" [out]. */
 LZ_API int lz_linear_make(lz_layer_ctx *c, lz_linear_layer *l, int64_t in, int64_t out, int bias,
                           const char *name_fmt, ...) LZ_PRINTF_FORMAT(6, 7);
 
@@ -115,17 +116,21 @@ LZ_API lz_tensor *lz_param_make(lz_layer_ctx *c, int ndim, const int64_t *shape,
 
 typedef enum { LZ_ACT_NONE = 0, LZ_ACT_RELU, LZ_ACT_RELU6 } lz_act;
 
+/* conv2d(x) with the layer's weight, bias and options. */
 LZ_API lz_tensor *lz_conv_forward(const lz_conv_layer *l, lz_tensor *x);
+/* Batch norm with the layer's statistics (updated when training). */
 LZ_API lz_tensor *lz_bn_forward(const lz_bn_layer *l, lz_tensor *x, int training);
 /* act(bn(conv(x))): the conv-bn(-relu) unit most CNNs repeat. */
 LZ_API lz_tensor *lz_conv_bn_act(const lz_conv_layer *conv, const lz_bn_layer *bn, lz_tensor *x,
                                  int training, lz_act act);
+/* act(x); LZ_ACT_NONE gives a new handle of x, so the caller frees either. */
 LZ_API lz_tensor *lz_act_forward(lz_tensor *x, lz_act act);
 /* x [..., in] -> x W^T + b [..., out]. */
 LZ_API lz_tensor *lz_linear_forward(const lz_linear_layer *l, lz_tensor *x);
+/* Layer norm over the last axis with the layer's weight, bias and eps. */
 LZ_API lz_tensor *lz_ln_forward(const lz_ln_layer *l, lz_tensor *x);
 
-/* Frees a and returns b: for chains that replace an intermediate
+/* Frees old and returns next: for chains that replace an intermediate
    (x = lz_layer_then(x, lz_relu(x)) drops the old x after using it). */
 static inline lz_tensor *lz_layer_then(lz_tensor *old, lz_tensor *next)
 {
@@ -151,13 +156,16 @@ typedef struct lz_model_spec {
     int64_t  num_classes;    /* logits width (vocabulary for BERT) */
 } lz_model_spec;
 
-/* Names of the models, NULL-terminated, in the reference table's order. */
+/* Names of the ten reference models, NULL-terminated, in the reference
+   table's order (lz_model_new also builds "cnn" and "resnet18_fmnist",
+   small models for 1x28x28 images). */
 LZ_API const char *const *lz_model_names(void);
 /* size: "smoke" or "bench". Parameters are initialised from seed like
    PyTorch's default initialisers (values differ; distributions match).
    NULL + error for an unknown name or size. */
 LZ_API lz_model  *lz_model_new(const char *name, const char *size, uint64_t seed);
-LZ_API void       lz_model_free(lz_model *m);
+LZ_API void       lz_model_free(lz_model *m);                 /* frees its parameters too */
+/* Input and target shapes and dtypes at the size it was built for. */
 LZ_API const lz_model_spec *lz_model_get_spec(const lz_model *m);
 LZ_API lz_params *lz_model_params(lz_model *m);          /* borrowed */
 /* Records the forward pass: logits [B, classes] ([B, S, vocab] for BERT).
