@@ -22,6 +22,36 @@
 extern "C" {
 #endif
 
+/* The library's version; CMake's project version is read from these lines.
+   lz_version() gives the version of the library actually loaded. */
+#define LZ_VERSION_MAJOR 0
+#define LZ_VERSION_MINOR 1
+#define LZ_VERSION_PATCH 0
+#define LZ_VERSION_STRING "0.1.0"
+
+/* LZ_API marks the library's public functions: liblazyc.so is built with
+   hidden visibility and exports exactly the functions so marked in the
+   installed headers (lazyc.h, lazyc_nn.h). */
+#if defined(_WIN32) && defined(LZ_SHARED)
+#  ifdef LZ_BUILD
+#    define LZ_API __declspec(dllexport)
+#  else
+#    define LZ_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) || defined(__clang__)
+#  define LZ_API __attribute__((visibility("default")))
+#else
+#  define LZ_API
+#endif
+
+/* printf-style argument checking where the compiler has it: fmt is the
+   format's argument number, first the first checked argument's. */
+#if defined(__GNUC__) || defined(__clang__)
+#  define LZ_PRINTF_FORMAT(fmt, first) __attribute__((format(printf, fmt, first)))
+#else
+#  define LZ_PRINTF_FORMAT(fmt, first)
+#endif
+
 #define LZ_MAX_DIMS 8
 
 typedef struct lz_tensor lz_tensor; /* opaque handle */
@@ -32,100 +62,100 @@ typedef enum { LZ_F32, LZ_I64, LZ_I32 } lz_dtype;
 /* ---- tensors -------------------------------------------------------- */
 
 /* Copies data (row-major) to a new device buffer: a data leaf. */
-lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
-lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
+LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
+LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
 /* A tensor filled with value, as data (never a constant in the graph). */
-lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
+LZ_API lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
 /* 0-d f32 *data*, never a baked constant: changing it never recompiles. */
-lz_tensor *lz_scalar(float value);
+LZ_API lz_tensor *lz_scalar(float value);
 /* Another reference to the same tensor; lz_free each one. */
-lz_tensor *lz_retain(lz_tensor *t);
-void       lz_free(lz_tensor *t);
-int        lz_ndim(const lz_tensor *t);
-int64_t    lz_dim(const lz_tensor *t, int axis);   /* negative axis counts from the end */
-int64_t    lz_numel(const lz_tensor *t);
-lz_dtype   lz_tensor_dtype(const lz_tensor *t);
-size_t     lz_dtype_size(lz_dtype dtype);
+LZ_API lz_tensor *lz_retain(lz_tensor *t);
+LZ_API void       lz_free(lz_tensor *t);
+LZ_API int        lz_ndim(const lz_tensor *t);
+LZ_API int64_t    lz_dim(const lz_tensor *t, int axis);   /* negative axis counts from the end */
+LZ_API int64_t    lz_numel(const lz_tensor *t);
+LZ_API lz_dtype   lz_tensor_dtype(const lz_tensor *t);
+LZ_API size_t     lz_dtype_size(lz_dtype dtype);
 /* 1 if the tensor has pending IR, 0 if it is data. */
-int        lz_is_pending(const lz_tensor *t);
+LZ_API int        lz_is_pending(const lz_tensor *t);
 /* Waits for the tensor's value (syncing it alone if pending) and copies it;
    nbytes must equal numel * dtype size. */
-int        lz_to_host(lz_tensor *t, void *dst, size_t nbytes);
+LZ_API int        lz_to_host(lz_tensor *t, void *dst, size_t nbytes);
 /* Value of a 1-element tensor as float; NAN + error on failure. */
-float      lz_item(lz_tensor *t);
+LZ_API float      lz_item(lz_tensor *t);
 /* Overwrites a data tensor's buffer from the host (same shape and dtype);
    a pending tensor gets a fresh buffer. Used to feed a new batch. */
-int        lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes);
+LZ_API int        lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes);
 
 /* ---- scopes: free every handle made inside except the kept ones ------ */
 
-void       lz_scope_begin(void);
+LZ_API void       lz_scope_begin(void);
 /* Drops every handle created since the matching lz_scope_begin that was not
    kept; kept handles move to the enclosing scope (or to the caller). */
-void       lz_scope_end(void);
+LZ_API void       lz_scope_end(void);
 /* Marks t to outlive the innermost scope; returns t. */
-lz_tensor *lz_keep(lz_tensor *t);
+LZ_API lz_tensor *lz_keep(lz_tensor *t);
 
 /* ---- element-wise ops (numpy broadcasting, f32 unless said) ---------- */
 
-lz_tensor *lz_add(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_sub(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_mul(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_div(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_maximum(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_neg(lz_tensor *x);
-lz_tensor *lz_exp(lz_tensor *x);
-lz_tensor *lz_log(lz_tensor *x);
-lz_tensor *lz_sqrt(lz_tensor *x);
-lz_tensor *lz_rsqrt(lz_tensor *x);
-lz_tensor *lz_pow(lz_tensor *x, float exponent);   /* exponent is part of the op */
-lz_tensor *lz_tanh(lz_tensor *x);
-lz_tensor *lz_sigmoid(lz_tensor *x);
-lz_tensor *lz_relu(lz_tensor *x);
-lz_tensor *lz_gelu(lz_tensor *x);                  /* erf form, like torch's default */
+LZ_API lz_tensor *lz_add(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_sub(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_mul(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_div(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_maximum(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_neg(lz_tensor *x);
+LZ_API lz_tensor *lz_exp(lz_tensor *x);
+LZ_API lz_tensor *lz_log(lz_tensor *x);
+LZ_API lz_tensor *lz_sqrt(lz_tensor *x);
+LZ_API lz_tensor *lz_rsqrt(lz_tensor *x);
+LZ_API lz_tensor *lz_pow(lz_tensor *x, float exponent);   /* exponent is part of the op */
+LZ_API lz_tensor *lz_tanh(lz_tensor *x);
+LZ_API lz_tensor *lz_sigmoid(lz_tensor *x);
+LZ_API lz_tensor *lz_relu(lz_tensor *x);
+LZ_API lz_tensor *lz_gelu(lz_tensor *x);                  /* erf form, like torch's default */
 /* Comparisons give an f32 tensor of 0 and 1 and carry no gradient. */
-lz_tensor *lz_gt(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_lt(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_ge(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_le(lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_eq(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_gt(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_lt(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_ge(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_le(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_eq(lz_tensor *a, lz_tensor *b);
 /* cond != 0 ? a : b, broadcasting all three. */
-lz_tensor *lz_where(lz_tensor *cond, lz_tensor *a, lz_tensor *b);
-lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
+LZ_API lz_tensor *lz_where(lz_tensor *cond, lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 
 /* ---- reductions ------------------------------------------------------ */
 
-lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
-lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
+LZ_API lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
+LZ_API lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
 /* naxes == 0 reduces over every axis. */
-lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
-lz_tensor *lz_mean_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
-lz_tensor *lz_max_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
+LZ_API lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
+LZ_API lz_tensor *lz_mean_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
+LZ_API lz_tensor *lz_max_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
 
 /* ---- shape ----------------------------------------------------------- */
 
 /* One entry of shape may be -1 (inferred). */
-lz_tensor *lz_reshape(lz_tensor *x, int ndim, const int64_t *shape);
-lz_tensor *lz_permute(lz_tensor *x, const int *perm);
-lz_tensor *lz_transpose(lz_tensor *x, int axis0, int axis1);
-lz_tensor *lz_expand(lz_tensor *x, int ndim, const int64_t *shape);
+LZ_API lz_tensor *lz_reshape(lz_tensor *x, int ndim, const int64_t *shape);
+LZ_API lz_tensor *lz_permute(lz_tensor *x, const int *perm);
+LZ_API lz_tensor *lz_transpose(lz_tensor *x, int axis0, int axis1);
+LZ_API lz_tensor *lz_expand(lz_tensor *x, int ndim, const int64_t *shape);
 /* Elements [start, end) of axis; negative indices count from the end. */
-lz_tensor *lz_slice(lz_tensor *x, int axis, int64_t start, int64_t end);
-lz_tensor *lz_cat(lz_tensor *const *xs, int n, int axis);
+LZ_API lz_tensor *lz_slice(lz_tensor *x, int axis, int64_t start, int64_t end);
+LZ_API lz_tensor *lz_cat(lz_tensor *const *xs, int n, int axis);
 
 /* ---- linear algebra and losses --------------------------------------- */
 
 /* Batched matrix product; batch dimensions broadcast; 1-d operands follow
    numpy's rules. */
-lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b);
+LZ_API lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b);
 /* x [..., in] @ weight[out, in]^T (+ bias [out], may be NULL), as torch's
    F.linear. Unlike lz_matmul(x, lz_transpose(w, 0, 1)) it never copies the
    weight or its gradient to transpose them: sgemm reads them transposed. */
-lz_tensor *lz_linear(lz_tensor *x, lz_tensor *weight, lz_tensor *bias);
-lz_tensor *lz_softmax(lz_tensor *x, int axis);
-lz_tensor *lz_log_softmax(lz_tensor *x, int axis);
+LZ_API lz_tensor *lz_linear(lz_tensor *x, lz_tensor *weight, lz_tensor *bias);
+LZ_API lz_tensor *lz_softmax(lz_tensor *x, int axis);
+LZ_API lz_tensor *lz_log_softmax(lz_tensor *x, int axis);
 /* logits [N, C] f32, target [N] i64 or i32 class indices -> 0-d mean loss. */
-lz_tensor *lz_cross_entropy(lz_tensor *logits, lz_tensor *target);
+LZ_API lz_tensor *lz_cross_entropy(lz_tensor *logits, lz_tensor *target);
 
 /* ---- neural-network ops (NCHW layout) --------------------------------- */
 
@@ -134,35 +164,35 @@ typedef struct lz_conv2d_opts {
     int groups;                               /* 0 is read as 1 */
 } lz_conv2d_opts;
 /* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL. */
-lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts opts);
+LZ_API lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts opts);
 
 typedef struct lz_pool2d_opts {
     int kernel[2], stride[2], padding[2];     /* stride 0: equal to kernel */
     int ceil_mode;
     int count_include_pad;                    /* avg pool only; torch's default is 1 */
 } lz_pool2d_opts;
-lz_tensor *lz_max_pool2d(lz_tensor *x, lz_pool2d_opts opts);
-lz_tensor *lz_avg_pool2d(lz_tensor *x, lz_pool2d_opts opts);
-lz_tensor *lz_adaptive_avg_pool2d(lz_tensor *x, int out_h, int out_w);
+LZ_API lz_tensor *lz_max_pool2d(lz_tensor *x, lz_pool2d_opts opts);
+LZ_API lz_tensor *lz_avg_pool2d(lz_tensor *x, lz_pool2d_opts opts);
+LZ_API lz_tensor *lz_adaptive_avg_pool2d(lz_tensor *x, int out_h, int out_w);
 
 /* Batch norm over axis 1 of x [N, C, ...]. In training it normalises with
    the batch statistics and, when running_mean/var are given, updates them
    in the same graph (lz_assign, torch's momentum and unbiased variance);
    in eval it uses the running statistics. weight/bias may be NULL. */
-lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
-                         lz_tensor *running_mean, lz_tensor *running_var,
-                         int training, float momentum, float eps);
+LZ_API lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
+                                lz_tensor *running_mean, lz_tensor *running_var,
+                                int training, float momentum, float eps);
 /* Normalises over the last n_axes axes; weight/bias (that shape) may be NULL. */
-lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor *bias, float eps);
+LZ_API lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor *bias, float eps);
 /* weight [V, D], indices i64/i32 of any shape -> [..., D]. */
-lz_tensor *lz_embedding(lz_tensor *weight, lz_tensor *indices);
-lz_tensor *lz_hardtanh(lz_tensor *x, float min_val, float max_val);
-lz_tensor *lz_relu6(lz_tensor *x);
+LZ_API lz_tensor *lz_embedding(lz_tensor *weight, lz_tensor *indices);
+LZ_API lz_tensor *lz_hardtanh(lz_tensor *x, float min_val, float max_val);
+LZ_API lz_tensor *lz_relu6(lz_tensor *x);
 /* Collapses axes [start_axis, end) into one (torch.flatten(x, start_axis)). */
-lz_tensor *lz_flatten(lz_tensor *x, int start_axis);
+LZ_API lz_tensor *lz_flatten(lz_tensor *x, int start_axis);
 /* softmax(q k^T * scale + mask) v over the last two axes; mask (additive,
    broadcastable) may be NULL; scale 0 means 1/sqrt(head dim). */
-lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mask, float scale);
+LZ_API lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mask, float scale);
 
 /* ---- random numbers -------------------------------------------------- */
 
@@ -170,39 +200,47 @@ lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mas
    every random op reads and advances in the graph, so each step and each
    replay of a capture draws new numbers, and equal seeds give equal
    sequences in lazy, eager and captured mode. */
-void       lz_manual_seed(uint64_t seed);
+LZ_API void       lz_manual_seed(uint64_t seed);
+/* A new f32 tensor of the given shape drawn from the generator: uniform in
+   [0, 1) (lz_rand) or standard normal (lz_randn). Drawn in the graph, like
+   dropout's masks: after lz_manual_seed(s) the same calls give the same
+   numbers, in lazy, eager and captured mode, and each call advances the
+   counter by the element count. Carries no gradient (a parameter made from
+   one is a leaf). */
+LZ_API lz_tensor *lz_rand(int ndim, const int64_t *shape);
+LZ_API lz_tensor *lz_randn(int ndim, const int64_t *shape);
 /* Zeroes each element with probability p and scales the rest by 1/(1-p)
    when training; identity otherwise. */
-lz_tensor *lz_dropout(lz_tensor *x, float p, int training);
+LZ_API lz_tensor *lz_dropout(lz_tensor *x, float p, int training);
 
 /* ---- step boundaries ------------------------------------------------- */
 
 /* Cuts every live tensor's pending IR into one graph and enqueues it.
    Returns at once; with nothing pending it touches nothing. */
-void lz_mark_step(void);
+LZ_API void lz_mark_step(void);
 /* Syncs the chosen tensors (one graph); wait != 0 also waits for them. */
-int  lz_sync(lz_tensor *const *ts, int n, int wait);
+LZ_API int  lz_sync(lz_tensor *const *ts, int n, int wait);
 /* Waits for every enqueued execution; -1 + error if one of them failed. */
-int  lz_wait(void);
+LZ_API int  lz_wait(void);
 /* Eager mode: every op executes as soon as it is recorded (same kernels).
    Also switched on by LZ_EAGER=1 in the environment. */
-void lz_set_eager(int on);
-int  lz_is_eager(void);
+LZ_API void lz_set_eager(int on);
+LZ_API int  lz_is_eager(void);
 
 /* ---- autograd and in-place update ------------------------------------ */
 
-void       lz_requires_grad(lz_tensor *t, int on);
+LZ_API void       lz_requires_grad(lz_tensor *t, int on);
 /* Accumulates d(loss)/d(leaf) into the grad of every leaf that requires
    grad; loss must have one element. Frees the recorded graph. */
-int        lz_backward(lz_tensor *loss);
-lz_tensor *lz_grad(lz_tensor *t);                  /* borrowed; NULL if none */
+LZ_API int        lz_backward(lz_tensor *loss);
+LZ_API lz_tensor *lz_grad(lz_tensor *t);                  /* borrowed; NULL if none */
 /* Drops t's grad, so the next backward starts from zero. */
-void       lz_zero_grad(lz_tensor *t);
+LZ_API void       lz_zero_grad(lz_tensor *t);
 /* dst takes src's value, lazily (same shape and dtype). */
-int        lz_assign(lz_tensor *dst, lz_tensor *src);
+LZ_API int        lz_assign(lz_tensor *dst, lz_tensor *src);
 /* Ops recorded between these make no autograd record (optimizer updates). */
-void       lz_no_grad_begin(void);
-void       lz_no_grad_end(void);
+LZ_API void       lz_no_grad_begin(void);
+LZ_API void       lz_no_grad_end(void);
 
 /* ---- optimizers ------------------------------------------------------ */
 
@@ -212,11 +250,11 @@ typedef struct lz_sgd_opts {
     int   nesterov;
 } lz_sgd_opts;
 /* SGD as in torch.optim.SGD; lr, momentum and weight decay are 0-d data. */
-lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts);
-void    lz_sgd_set_lr(lz_sgd *opt, float lr);      /* never recompiles */
-int     lz_sgd_step(lz_sgd *opt);                  /* records the update */
-void    lz_sgd_zero_grad(lz_sgd *opt);
-void    lz_sgd_free(lz_sgd *opt);
+LZ_API lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts);
+LZ_API void    lz_sgd_set_lr(lz_sgd *opt, float lr);      /* never recompiles */
+LZ_API int     lz_sgd_step(lz_sgd *opt);                  /* records the update */
+LZ_API void    lz_sgd_zero_grad(lz_sgd *opt);
+LZ_API void    lz_sgd_free(lz_sgd *opt);
 
 typedef struct lz_adamw lz_adamw;
 typedef struct lz_adamw_opts {
@@ -225,59 +263,59 @@ typedef struct lz_adamw_opts {
 } lz_adamw_opts;
 /* torch.optim.Adam / AdamW. The step count and bias corrections are data
    advanced inside the graph, so a captured step replays correctly. */
-lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts);
-void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* never recompiles */
-int       lz_adamw_step(lz_adamw *opt);
-void      lz_adamw_zero_grad(lz_adamw *opt);
-void      lz_adamw_free(lz_adamw *opt);
+LZ_API lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts);
+LZ_API void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* never recompiles */
+LZ_API int       lz_adamw_step(lz_adamw *opt);
+LZ_API void      lz_adamw_zero_grad(lz_adamw *opt);
+LZ_API void      lz_adamw_free(lz_adamw *opt);
 
 /* Checkpoint support: adds new handles of the optimizer's state tensors
    (momentum buffers, moments, step count) to `into`, named prefix.NAME
    (non-trainable). Loading values into them restores the optimizer. */
-int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix);
-int lz_adamw_state(lz_adamw *opt, lz_params *into, const char *prefix);
+LZ_API int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix);
+LZ_API int lz_adamw_state(lz_adamw *opt, lz_params *into, const char *prefix);
 /* The same for the random generator's seed and counter. */
-int lz_rng_state(lz_params *into, const char *prefix);
+LZ_API int lz_rng_state(lz_params *into, const char *prefix);
 
 /* Learning-rate schedules: the rate for a step, to pass to *_set_lr
    between steps (torch's StepLR and CosineAnnealingLR). */
-float lz_lr_step(float base_lr, int step, int step_size, float gamma);
-float lz_lr_cosine(float base_lr, int step, int t_max, float eta_min);
+LZ_API float lz_lr_step(float base_lr, int step, int step_size, float gamma);
+LZ_API float lz_lr_cosine(float base_lr, int step, int t_max, float eta_min);
 
 /* ---- named parameters and checkpoints ---------------------------------- */
 
 /* lz_params: an ordered set of named tensors, a model's parameters
    (trainable) and buffers (running statistics), named like PyTorch's
    state_dict keys. */
-lz_params  *lz_params_new(void);
-void        lz_params_free(lz_params *p);         /* frees the tensors too */
+LZ_API lz_params  *lz_params_new(void);
+LZ_API void        lz_params_free(lz_params *p);         /* frees the tensors too */
 /* Adds t under name (the set takes over the caller's handle); trainable
    tensors get requires_grad. Returns t, or NULL on a duplicate name. */
-lz_tensor  *lz_params_add(lz_params *p, const char *name, lz_tensor *t, int trainable);
-int         lz_params_count(const lz_params *p);
-const char *lz_params_name(const lz_params *p, int i);
-lz_tensor  *lz_params_at(const lz_params *p, int i);          /* borrowed */
-int         lz_params_trainable(const lz_params *p, int i);
-lz_tensor  *lz_params_find(const lz_params *p, const char *name); /* borrowed */
+LZ_API lz_tensor  *lz_params_add(lz_params *p, const char *name, lz_tensor *t, int trainable);
+LZ_API int         lz_params_count(const lz_params *p);
+LZ_API const char *lz_params_name(const lz_params *p, int i);
+LZ_API lz_tensor  *lz_params_at(const lz_params *p, int i);          /* borrowed */
+LZ_API int         lz_params_trainable(const lz_params *p, int i);
+LZ_API lz_tensor  *lz_params_find(const lz_params *p, const char *name); /* borrowed */
 /* The trainable tensors in order, into out (capacity cap); returns the count. */
-int         lz_params_trainable_list(const lz_params *p, lz_tensor **out, int cap);
-int64_t     lz_params_numel(const lz_params *p, int trainable_only);
+LZ_API int         lz_params_trainable_list(const lz_params *p, lz_tensor **out, int cap);
+LZ_API int64_t     lz_params_numel(const lz_params *p, int trainable_only);
 
 /* safetensors files (header JSON + raw little-endian data). */
-int  lz_safetensors_save(const char *path, const lz_params *p);
+LZ_API int  lz_safetensors_save(const char *path, const lz_params *p);
 /* Loads every tensor of p from path by name: f32, i64 and bf16 (widened to
    f32) on disk. strict: a missing, extra or mis-shaped tensor is an error
    naming it. */
-int  lz_safetensors_load(const char *path, lz_params *p, int strict);
+LZ_API int  lz_safetensors_load(const char *path, lz_params *p, int strict);
 /* Reads every tensor in a file into a new set (none trainable). */
-lz_params *lz_safetensors_read(const char *path);
+LZ_API lz_params *lz_safetensors_read(const char *path);
 /* Like lz_safetensors_save, also writing n_meta string pairs into the
    header's __metadata__ (a checkpoint's epoch and step, for instance). */
-int   lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
-                               const char *const *keys, const char *const *values);
+LZ_API int   lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
+                                      const char *const *keys, const char *const *values);
 /* The __metadata__ value of key in path as a new string (caller frees);
    NULL + error when the file is bad or has no such key. */
-char *lz_safetensors_read_meta(const char *path, const char *key);
+LZ_API char *lz_safetensors_read_meta(const char *path, const char *key);
 
 /* ---- data sets ---------------------------------------------------------- */
 
@@ -287,16 +325,16 @@ typedef struct lz_dataset lz_dataset;
 /* Reads an image file and a label file; a missing, truncated or corrupt
    file (bad magic, dimensions, sizes, count mismatch) gives NULL and an
    error naming the file and what is wrong. */
-lz_dataset *lz_dataset_idx(const char *images_path, const char *labels_path);
+LZ_API lz_dataset *lz_dataset_idx(const char *images_path, const char *labels_path);
 /* dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (Debian's
    dataset-fashion-mnist puts them in /usr/share/datasets/fashion-mnist). */
-lz_dataset *lz_dataset_fashion_mnist(const char *dir, int train);
-int64_t     lz_dataset_size(const lz_dataset *ds);
+LZ_API lz_dataset *lz_dataset_fashion_mnist(const char *dir, int train);
+LZ_API int64_t     lz_dataset_size(const lz_dataset *ds);
 /* Image shape [1, H, W] (channels first). */
-void        lz_dataset_image_shape(const lz_dataset *ds, int64_t shape[3]);
+LZ_API void        lz_dataset_image_shape(const lz_dataset *ds, int64_t shape[3]);
 /* Keeps the first n examples (n <= size): quick runs and tests. */
-int         lz_dataset_truncate(lz_dataset *ds, int64_t n);
-void        lz_dataset_free(lz_dataset *ds);
+LZ_API int         lz_dataset_truncate(lz_dataset *ds, int64_t n);
+LZ_API void        lz_dataset_free(lz_dataset *ds);
 
 /* Batches of a data set: shuffled per epoch from a seed, normalised
    ((pixel/255 - mean) / std), the next batch prepared on a background
@@ -310,25 +348,25 @@ typedef struct lz_loader_opts {
     uint64_t seed;
     float    mean, std;        /* std 0 is read as 1 */
 } lz_loader_opts;
-lz_loader *lz_loader_new(const lz_dataset *ds, lz_loader_opts opts);   /* ds must outlive it */
-int64_t    lz_loader_batches(const lz_loader *l);                      /* per epoch */
+LZ_API lz_loader *lz_loader_new(const lz_dataset *ds, lz_loader_opts opts);   /* ds must outlive it */
+LZ_API int64_t    lz_loader_batches(const lz_loader *l);                      /* per epoch */
 /* Starts an epoch: its order is a function of (seed, epoch) alone, so a
    resumed run sees the same batches. */
-int        lz_loader_start_epoch(lz_loader *l, int epoch);
+LZ_API int        lz_loader_start_epoch(lz_loader *l, int epoch);
 /* Skips n batches of the current epoch (resuming mid-epoch). */
-int        lz_loader_skip(lz_loader *l, int64_t n);
+LZ_API int        lz_loader_skip(lz_loader *l, int64_t n);
 /* Next batch as new tensors x [B, 1, H, W] f32 and y [B] i64: 1, or 0 at
    the end of the epoch, or -1 with an error. */
-int        lz_loader_next(lz_loader *l, lz_tensor **x, lz_tensor **y);
-void       lz_loader_free(lz_loader *l);
+LZ_API int        lz_loader_next(lz_loader *l, lz_tensor **x, lz_tensor **y);
+LZ_API void       lz_loader_free(lz_loader *l);
 
 /* ---- capture: trace a step once, replay it ---------------------------- */
 
 /* fn records ops on in[0..n_in) and stores n_out new tensors in out */
 typedef int (*lz_step_fn)(void *ctx, lz_tensor *const *in, lz_tensor **out);
-lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out);
-int    lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out);
-void   lz_fn_free(lz_fn *f);
+LZ_API lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out);
+LZ_API int    lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out);
+LZ_API void   lz_fn_free(lz_fn *f);
 
 /* ---- metrics: counters since the last reset -------------------------- */
 
@@ -342,9 +380,9 @@ typedef struct lz_metrics {
     int64_t in_place_writes; /* results written over the buffer of the value they replace
                                 (a parameter, optimizer state, a remade gradient) */
 } lz_metrics;
-lz_metrics lz_metrics_get(void);
-void       lz_metrics_reset(void);
-char      *lz_metrics_report(void);               /* text; caller frees */
+LZ_API lz_metrics lz_metrics_get(void);
+LZ_API void       lz_metrics_reset(void);
+LZ_API char      *lz_metrics_report(void);               /* text; caller frees */
 
 /* ---- profile: kernel time by op -------------------------------------- */
 
@@ -357,19 +395,49 @@ typedef struct lz_profile_entry {
     int64_t calls;           /* kernels run */
     double ms;               /* their total time */
 } lz_profile_entry;
-void lz_profile_enable(int on);
-void lz_profile_reset(void);
+LZ_API void lz_profile_enable(int on);
+LZ_API void lz_profile_reset(void);
 /* Copies up to max entries, the slowest first, into out; returns how many
    (op, library) pairs ran since the last reset. */
-int  lz_profile_read(lz_profile_entry *out, int max);
+LZ_API int  lz_profile_read(lz_profile_entry *out, int max);
+
+/* ---- settings: the LZ_* environment variables ------------------------ */
+
+/* One entry of the table of every LZ_* variable lazyc reads (`lazyc env`
+   prints it). A variable is read once, when first needed; a value it does
+   not accept is not used: a warning on stderr names it and the default
+   applies. */
+typedef struct lz_setting_info {
+    const char *name;           /* "LZ_EAGER" */
+    const char *kind;           /* "bool" (0 or 1), "int", "choice" or "text" */
+    const char *default_value;
+    const char *help;           /* what it changes */
+    const char *choices;        /* choice: "0|1|2|tune"; NULL otherwise */
+    int64_t     min, max;       /* int: the accepted range */
+    const char *env;            /* the environment's value now; NULL when unset or empty */
+    const char *value;          /* the value that applies: env when valid, else the default */
+    int         valid;          /* 0: env is set to a value the variable does not accept */
+    int         read;           /* 1 once the library has read the variable */
+} lz_setting_info;
+LZ_API int         lz_settings_count(void);
+/* Entry i (0 <= i < lz_settings_count()) into out; 0, or -1 + error. */
+LZ_API int         lz_settings_get(int i, lz_setting_info *out);
+/* The value that applies to the variable called name (read now if not yet,
+   warning once if invalid); NULL + error when lazyc has no such variable. */
+LZ_API const char *lz_setting(const char *name);
+
+/* ---- version ----------------------------------------------------------- */
+
+/* The loaded library's LZ_VERSION_STRING, e.g. "0.1.0". */
+LZ_API const char *lz_version(void);
 
 /* ---- errors ---------------------------------------------------------- */
 
-const char *lz_last_error(void);                   /* NULL when none */
+LZ_API const char *lz_last_error(void);                   /* NULL when none */
 /* Sets the error message (printf-style), for code built on the API (model
    zoos, step functions) that finds a problem of its own. */
-void        lz_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void        lz_clear_error(void);
+LZ_API void        lz_set_error(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
+LZ_API void        lz_clear_error(void);
 
 /* ---- shutdown -------------------------------------------------------- */
 
@@ -389,7 +457,7 @@ void        lz_clear_error(void);
    Call it from the thread that records ops, with no other thread using
    the library; from inside a step function being traced it only sets an
    error. */
-void        lz_shutdown(void);
+LZ_API void        lz_shutdown(void);
 
 #ifdef __cplusplus
 }

@@ -56,3 +56,8 @@ lz_tensor *lz_init_const(lz_params *p, const char *name, lz_dtype dtype,
     lz_tensor *t = lz_full(dtype, ndim, shape, value);
     return t ? lz_params_add(p, name, t, trainable) : NULL;
 }
+
+float lz_init_default_bound(int64_t fan_in)
+{
+    return fan_in > 0 ? 1.0f / sqrtf((float)fan_in) : 0.0f;
+}

@@ -9,7 +9,7 @@
 
 /* The parameter called printf(fmt, ...) in p, or NULL with an error naming it. */
 lz_tensor *lz_tf_param(const lz_params *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+    LZ_PRINTF_FORMAT(2, 3);
 
 /* nn.MultiheadAttention(E, heads, batch_first=True) on x [B, S, E] as
    query, key and value, with the parameters prefix.in_proj_weight,

@@ -17,7 +17,7 @@ cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" \
 
 pc=$(find "$prefix" -name lazyc.pc)
 [ -n "$pc" ] || { echo "FAIL: no lazyc.pc under $prefix"; exit 1; }
-for f in include/lazyc.h bin/lazyc; do
+for f in include/lazyc.h include/lazyc_nn.h bin/lazyc; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 PKG_CONFIG_PATH=$(dirname "$pc")
@@ -60,4 +60,26 @@ if ldd ./train_static | grep -q liblazyc; then
   echo "FAIL: train_static still loads liblazyc.so"; exit 1
 fi
 check_run train_static
+
+# lazyc_nn.h and the version, from the installed headers and library: the
+# zoo builds a model, lz_version() is the header's, pkg-config agrees
+cat > nn_version.c <<'EOF_C'
+#include <lazyc_nn.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+    lz_model *m = lz_model_new("cnn", "smoke", 1);
+    if (!m || !lz_model_names()[0] || strcmp(lz_version(), LZ_VERSION_STRING) != 0) return 1;
+    printf("%s %d.%d.%d %lld\n", lz_version(), LZ_VERSION_MAJOR, LZ_VERSION_MINOR, LZ_VERSION_PATCH,
+           (long long)lz_params_numel(lz_model_params(m), 1));
+    lz_model_free(m);
+    return 0;
+}
+EOF_C
+# shellcheck disable=SC2046
+$cc -std=c11 -Wall -Wextra -Werror nn_version.c $(pkg-config --cflags --libs lazyc) -o nn_version
+v=$(./nn_version) || { echo "FAIL: nn_version exited $?"; exit 1; }
+pcv=$(pkg-config --modversion lazyc)
+case "$v" in "$pcv $pcv "*) ;; *) echo "FAIL: version '$v' is not pkg-config's $pcv"; exit 1;; esac
+echo "nn_version: $v"
 echo "test_install: ok"

@@ -27,7 +27,7 @@
 
 static int find_script(char *path, size_t cap)
 {
-    const char *env = getenv("LZ_BENCH_TORCH_SCRIPT");
+    const char *env = lz_setting("LZ_BENCH_TORCH_SCRIPT");
     if (env && *env) {
         snprintf(path, cap, "%s", env);
         return access(path, R_OK) == 0 ? 0 : -1;
@@ -113,9 +113,7 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
     row->torch_peak_bytes = -1;
     if (!*available)
         return;
-    const char *py = getenv("LZ_TORCH_PYTHON");
-    if (!py || !*py)
-        py = "/usr/bin/python3";
+    const char *py = lz_setting("LZ_TORCH_PYTHON");
     char script[PATH_MAX + 64];
     if (access(py, X_OK) != 0 || find_script(script, sizeof script) != 0) {
         fprintf(stderr, "lazyc bench: no PyTorch reference (%s): the torch column is n/a\n",
@@ -127,7 +125,7 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
 
     char cmd[PATH_MAX * 2 + 640] =
         "env -u OMP_WAIT_POLICY OPENBLAS_CORETYPE=SkylakeX PYTHONDONTWRITEBYTECODE=1 ";
-    const char *policy = getenv("LZ_TORCH_OMP_WAIT_POLICY");
+    const char *policy = lz_setting("LZ_TORCH_OMP_WAIT_POLICY");
     if (policy && *policy) {
         strncat(cmd, "OMP_WAIT_POLICY=", sizeof cmd - strlen(cmd) - 1);
         append_quoted(cmd, sizeof cmd, policy);

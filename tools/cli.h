@@ -20,6 +20,7 @@ int lz_cmd_bench(int argc, char **argv);
 int lz_cmd_models(int argc, char **argv);
 int lz_cmd_grads(int argc, char **argv);
 int lz_cmd_train(int argc, char **argv);
+int lz_cmd_env(int argc, char **argv);
 
 /* Parses an integer option value within [lo, hi]; prints a message naming
    the option and returns -1 when the value is not one. */

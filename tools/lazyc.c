@@ -13,6 +13,7 @@ static const lz_cli_cmd commands[] = {
     { "models", "list the model zoo: parameter counts and input shapes at both sizes", lz_cmd_models },
     { "train", "train a model on Fashion-MNIST in captured mode, with checkpoints and resume", lz_cmd_train },
     { "grads", "one forward+backward from given weights and batch; write loss and gradients", lz_cmd_grads },
+    { "env", "list the LZ_* environment variables: value, default, accepted values, meaning", lz_cmd_env },
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/settings.h"
+
 /* events left before the armed one fails; 0 when disarmed */
 static atomic_long remaining[LZ_FAULT_KINDS];
 static atomic_long fired[LZ_FAULT_KINDS];
@@ -12,12 +14,9 @@ static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static void read_env(void)
 {
-    static const char *const names[LZ_FAULT_KINDS] = {"LZ_FAULT_ALLOC", "LZ_FAULT_KERNEL"};
-    for (int k = 0; k < LZ_FAULT_KINDS; k++) {
-        const char *v = getenv(names[k]);
-        long n = v ? atol(v) : 0;
-        atomic_store(&remaining[k], n > 0 ? n : 0);
-    }
+    static const lz_setting_id ids[LZ_FAULT_KINDS] = {LZ_SETTING_FAULT_ALLOC, LZ_SETTING_FAULT_KERNEL};
+    for (int k = 0; k < LZ_FAULT_KINDS; k++)
+        atomic_store(&remaining[k], (long)lz_setting_int(ids[k]));
 }
 
 void lz_fault_set(int kind, long n)

@@ -1,28 +1,24 @@
 /* The compiler passes, and the backend's one choice of algorithm, that
- * can be turned off (program.h): each reads its environment variable once
+ * can be turned off (program.h): each reads its LZ_* setting once
  * ("0" turns it off), and tests and benchmarks override it without
  * touching the environment. Executables already compiled keep what they
  * were compiled with. */
-#include <stdlib.h>
-
 #include "compile/program.h"
+#include "core/settings.h"
 
 typedef struct pass_switch {
-    const char *env;
+    lz_setting_id env;
     int forced;      /* -1: the environment decides */
     int from_env;    /* -1: not read yet */
 } pass_switch;
 
-static pass_switch fusion = {"LZ_FUSION", -1, -1}, blocked = {"LZ_BLOCKED", -1, -1},
-                   winograd = {"LZ_WINOGRAD", -1, -1};
+static pass_switch fusion = {LZ_SETTING_FUSION, -1, -1}, blocked = {LZ_SETTING_BLOCKED, -1, -1},
+                   winograd = {LZ_SETTING_WINOGRAD, -1, -1};
 
 static int switch_on(pass_switch *s)
 {
     if (s->forced >= 0) return s->forced;
-    if (s->from_env < 0) {
-        const char *env = getenv(s->env);
-        s->from_env = !(env && env[0] == '0' && env[1] == '\0');
-    }
+    if (s->from_env < 0) s->from_env = (int)lz_setting_int(s->env);
     return s->from_env;
 }
 

@@ -3,6 +3,8 @@
 #include <assert.h>
 #include <stdlib.h>
 
+#include "core/settings.h"
+
 typedef struct entry {
     lz_executable *exe;
     struct entry *chain;             /* same bucket */
@@ -16,10 +18,7 @@ static int size, capacity;
 
 static int cap(void)
 {
-    if (!capacity) {
-        const char *env = getenv("LZ_CACHE_CAPACITY");
-        capacity = env && atoi(env) > 0 ? atoi(env) : 512;
-    }
+    if (!capacity) capacity = (int)lz_setting_int(LZ_SETTING_CACHE_CAPACITY);
     return capacity;
 }
 

@@ -174,6 +174,7 @@ const char *lz_op_name(lz_op op)
         [LZ_OP_HARDTANH] = "hardtanh", [LZ_OP_HARDTANH_GRAD] = "hardtanh_grad",
         [LZ_OP_EMBEDDING] = "embedding", [LZ_OP_EMBEDDING_GRAD] = "embedding_grad",
         [LZ_OP_DROPOUT_MASK] = "dropout_mask", [LZ_OP_RNG_ADVANCE] = "rng_advance",
+        [LZ_OP_RAND] = "rand",
         [LZ_OP_CONV2D] = "conv2d", [LZ_OP_CONV2D_GRAD_INPUT] = "conv2d_grad_input",
         [LZ_OP_CONV2D_GRAD_WEIGHT] = "conv2d_grad_weight",
         [LZ_OP_MAX_POOL2D] = "max_pool2d", [LZ_OP_MAX_POOL2D_GRAD] = "max_pool2d_grad",

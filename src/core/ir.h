@@ -64,6 +64,9 @@ typedef enum lz_op {
                            1/(1-p), fattr[0] = p; element i draws from
                            (seed, counter + i) */
     LZ_OP_RNG_ADVANCE,  /* (counter i64 0-d) -> counter + iattr[0] */
+    LZ_OP_RAND,         /* (seed i64 0-d, counter i64 0-d) -> f32; iattr[0] 0:
+                           uniform [0, 1), 1: normal(0, 1); element i draws
+                           from (seed, counter + i) */
     LZ_OP_CONV2D,       /* (x, w); iattr: stride h,w, padding h,w, dilation h,w, groups */
     LZ_OP_CONV2D_GRAD_INPUT,  /* (g, w) -> x shape (node shape), same iattr */
     LZ_OP_CONV2D_GRAD_WEIGHT, /* (x, g) -> w shape (node shape), same iattr */

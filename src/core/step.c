@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/metrics.h"
+#include "core/settings.h"
 #include "core/thread.h"
 #include "runtime/executor.h"
 
@@ -24,10 +25,7 @@ void lz_step_shutdown(void) { eager = -1; }
 
 int lz_is_eager(void)
 {
-    if (eager < 0) {
-        const char *env = getenv("LZ_EAGER");
-        eager = env && env[0] == '1';
-    }
+    if (eager < 0) eager = (int)lz_setting_int(LZ_SETTING_EAGER);
     return eager;
 }
 

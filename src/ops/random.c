@@ -91,6 +91,32 @@ lz_tensor *lz_dropout(lz_tensor *x, float p, int training)
     return y;
 }
 
+/* A draw of shape from the generator: the RAND node reads (seed, counter),
+   and the counter advances by the element count in the graph. */
+static lz_tensor *draw(const char *name, int normal, int ndim, const int64_t *shape)
+{
+    if (lz_check_operands(name, 0, NULL) || lz_shape_check(name, LZ_F32, ndim, shape, NULL))
+        return NULL;
+    if (!rng_seed && rng_create(DEFAULT_SEED) != 0) return NULL;
+    lz_tensor *state[2] = {rng_seed, rng_counter};
+    lz_attrs ar = {.n_iattr = 1, .iattr = {normal}};
+    lz_tensor *x = lz_record(LZ_OP_RAND, LZ_F32, ndim, shape, 2, state, &ar);
+    if (!x) return NULL;
+    const int64_t no_shape[1] = {0};
+    lz_attrs aa = {.n_iattr = 1, .iattr = {lz_shape_numel(ndim, shape)}};
+    lz_tensor *next = lz_record(LZ_OP_RNG_ADVANCE, LZ_I64, 0, no_shape, 1, &rng_counter, &aa);
+    int rc = next ? lz_assign(rng_counter, next) : -1;
+    lz_free(next);
+    if (rc != 0) {
+        lz_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+lz_tensor *lz_rand(int ndim, const int64_t *shape) { return draw("lz_rand", 0, ndim, shape); }
+lz_tensor *lz_randn(int ndim, const int64_t *shape) { return draw("lz_randn", 1, ndim, shape); }
+
 int lz_rng_state(lz_params *into, const char *prefix)
 {
     if (!into || !prefix) return lz_errorf_int("lz_rng_state: NULL argument");

@@ -66,6 +66,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/ir.h"
 #include "core/metrics.h"
+#include "core/settings.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
@@ -79,12 +80,8 @@ int lz_dnnl_conv_enabled(void)
 {
     static int from_env = -1;
     if (forced >= 0) return forced;
-    if (from_env < 0) {
-        const char *env = getenv("LZ_DNNL_CONV");
-        int one_char = env && env[0] && env[1] == '\0';
-        from_env = one_char && env[0] == '0' ? 0 : one_char && env[0] == '2' ? 2
-                 : env && !strcmp(env, "tune") ? LZ_DNNL_CONV_TUNE : 1;
-    }
+    /* the choices "0|1|2|tune" are read as their index: tune is 3 */
+    if (from_env < 0) from_env = (int)lz_setting_int(LZ_SETTING_DNNL_CONV);
     return from_env;
 }
 

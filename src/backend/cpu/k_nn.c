@@ -1,6 +1,7 @@
 /* Kernels of the neural-network ops without convolution: hardtanh and its
  * gradient, embedding lookup and its scatter-add gradient, the dropout
- * mask and the generator's counter. */
+ * mask, random tensors and the generator's counter. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,26 +130,64 @@ static inline uint64_t mix64(uint64_t z)
 
 #define GOLDEN 0x9E3779B97F4A7C15ull
 
-/* (seed, counter) -> element i is 0 with probability p (to 2^-32) and
-   1/(1-p) otherwise, drawn from (seed, counter + i) alone: splitmix64's
-   stream keyed by a mixed seed, so nearby seeds give unrelated streams. */
-static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *const *ptrs)
+/* A random step's stream: its (seed, counter) inputs, the seed mixed into
+   a key, so nearby seeds give unrelated streams. */
+typedef struct rng_stream { uint64_t key, counter; } rng_stream;
+
+static rng_stream stream_of(const lz_step *s, void *const *ptrs)
 {
-    const int64_t n = p->values[s->out].numel;
     uint64_t seed, counter;
     memcpy(&seed, ptrs[s->in[0]], sizeof seed);
     memcpy(&counter, ptrs[s->in[1]], sizeof counter);
+    return (rng_stream){mix64(seed ^ 0x6A09E667F3BCC909ull), counter};
+}
+
+/* 64 random bits for element i: splitmix64's stream at counter + i + 1 */
+static inline uint64_t stream_bits(rng_stream r, int64_t i)
+{
+    return mix64(r.key + (r.counter + (uint64_t)i + 1) * GOLDEN);
+}
+
+/* (seed, counter) -> element i is 0 with probability p (to 2^-32) and
+   1/(1-p) otherwise, drawn from (seed, counter + i) alone. */
+static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const int64_t n = p->values[s->out].numel;
+    const rng_stream rs = stream_of(s, ptrs);
     float *m = ptrs[s->out];
     const float prob = s->fattr[0];
     /* drop when the top 32 bits fall below prob * 2^32 */
     const double th = (double)prob * 4294967296.0;
     const uint64_t thresh = th >= 4294967296.0 ? 4294967296ull : th <= 0 ? 0 : (uint64_t)(th + 0.5);
     const float keep = prob < 1.0f ? 1.0f / (1.0f - prob) : 0.0f;
-    const uint64_t key = mix64(seed ^ 0x6A09E667F3BCC909ull);
     #pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        uint64_t r = mix64(key + (counter + (uint64_t)i + 1) * GOLDEN);
+        uint64_t r = stream_bits(rs, i);
         m[i] = (r >> 32) < thresh ? 0.0f : keep;
+    }
+    return NULL;
+}
+
+/* (seed, counter) -> element i from (seed, counter + i) on dropout's
+   stream: uniform [0, 1) from the top 24 bits (exact in f32), or normal(0, 1)
+   by Box-Muller from the two 32-bit halves (u1 in (0, 1], so log is finite;
+   |x| <= 6.67). */
+static const char *k_rand(const lz_program *p, const lz_step *s, void *const *ptrs)
+{
+    const int64_t n = p->values[s->out].numel;
+    const rng_stream rs = stream_of(s, ptrs);
+    float *out = ptrs[s->out];
+    const int normal = s->iattr[0] == 1;
+    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = stream_bits(rs, i);
+        if (!normal) {
+            out[i] = (float)(r >> 40) * (1.0f / 16777216.0f);
+            continue;
+        }
+        double u1 = ((double)(r >> 32) + 1.0) * (1.0 / 4294967296.0);
+        double u2 = (double)(r & 0xFFFFFFFFu) * (1.0 / 4294967296.0);
+        out[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
     return NULL;
 }
@@ -172,6 +211,7 @@ lz_kernel lz_cpu_nn_kernel(lz_op op)
     case LZ_OP_EMBEDDING_GRAD: return k_embedding_grad;
     case LZ_OP_DROPOUT_MASK:   return k_dropout_mask;
     case LZ_OP_RNG_ADVANCE:    return k_rng_advance;
+    case LZ_OP_RAND:           return k_rand;
     default:                   return NULL;
     }
 }

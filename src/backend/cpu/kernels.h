@@ -13,7 +13,7 @@ lz_kernel lz_cpu_reduce_kernel(lz_op op);        /* k_reduce.c */
 lz_kernel lz_cpu_shape_kernel(lz_op op);         /* k_shape.c */
 lz_kernel lz_cpu_linalg_kernel(lz_op op);        /* k_linalg.c: matmul, softmax, losses */
 lz_kernel lz_cpu_misc_kernel(lz_op op);          /* k_misc.c: fill, copy, test gate */
-lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding, dropout, rng */
+lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding, dropout, rand, rng */
 lz_kernel lz_cpu_conv_kernel(lz_op op);          /* k_conv.c: conv2d, pooling */
 lz_kernel lz_cpu_batch_norm_kernel(lz_op op);    /* k_batch_norm.c: fused training batch norm */
 lz_kernel lz_cpu_fused_kernel(lz_op op);         /* k_fused.c: fused element-wise chains */
@@ -53,10 +53,10 @@ const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op);   /* k_dnnl_conv.c 
    steps where they measured faster, 2 on every step oneDNN has a jit
    kernel for (to test them), 0 off, LZ_DNNL_CONV_TUNE: each step shape
    timed once per process, every way it can run, when it is compiled.
-   LZ_DNNL_CONV=0, =2 or =tune in the environment (read once) picks 0, 2
-   or tune, anything else 1; lz_dnnl_conv_set overrides that (-1: back to
-   the environment) for tests. Executables already compiled keep their
-   choice. */
+   LZ_DNNL_CONV=0, =1, =2 or =tune in the environment (read once through
+   the settings table) picks 0, 1, 2 or tune, anything else warns and uses
+   1; lz_dnnl_conv_set overrides that (-1: back to the environment) for
+   tests. Executables already compiled keep their choice. */
 #define LZ_DNNL_CONV_TUNE 3
 int  lz_dnnl_conv_enabled(void);
 void lz_dnnl_conv_set(int on);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "backend/fault.h"
+#include "core/settings.h"
 
 #define NBUCKETS 1024
 
@@ -36,8 +37,7 @@ static size_t bucket_of(size_t size) { return (size / 64) % NBUCKETS; }
 static size_t cache_limit(void)
 {
     if (!limit) {
-        const char *env = getenv("LZ_POOL_MIB");
-        limit = (env && atol(env) >= 0 ? (size_t)atol(env) : 4096) << 20;
+        limit = (size_t)lz_setting_int(LZ_SETTING_POOL_MIB) << 20;
         if (!limit) limit = 1;   /* 0 MiB: cache nothing */
     }
     return limit;

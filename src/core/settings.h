@@ -1,0 +1,49 @@
+/* Every LZ_* environment variable lazyc reads, declared once: the table
+ * below gives each its name, kind, default, accepted values and meaning.
+ * The library reads them only through lz_setting_int / lz_setting_text,
+ * which parse a variable on its first read and keep the result; a value
+ * that does not parse is never taken silently: one warning on stderr names
+ * the variable, what it accepts, and the default used instead. lz_settings_get
+ * (lazyc.h) lists the table, as `lazyc env` does.
+ *
+ * Adding a variable is one line in LZ_SETTINGS:
+ *     X(NAME, KIND, "default", min, max, choices, "meaning")
+ * declares LZ_NAME, read with lz_setting_int(LZ_SETTING_NAME) (or
+ * lz_setting_text). KIND is BOOL ("0" or "1"), INT (an integer in
+ * [min, max]), CHOICE (one of the "|"-separated choices; the value is its
+ * index) or TEXT (any string). An empty value counts as unset.
+ *
+ * Ground floor: settings.c depends on nothing but the error module. */
+#ifndef LZ_SETTINGS_H
+#define LZ_SETTINGS_H
+
+#include <stdint.h>
+
+#define LZ_SETTINGS(X) \
+    X(EAGER,          BOOL,   "0",    0, 1, NULL, "1: every op executes as soon as it is recorded (lz_set_eager overrides)") \
+    X(FUSION,         BOOL,   "1",    0, 1, NULL, "0: no fusion of element-wise chains and batch norm with its activation") \
+    X(BLOCKED,        BOOL,   "1",    0, 1, NULL, "0: no blocked (channel-packed) layouts between oneDNN convolutions") \
+    X(WINOGRAD,       BOOL,   "1",    0, 1, NULL, "0: no 3x3 convolution by Winograd's algorithm (direct kernels only)") \
+    X(DNNL_CONV,      CHOICE, "1",    0, 0, "0|1|2|tune", "oneDNN convolutions: 0 never, 1 where they measured faster, 2 wherever oneDNN has a jit kernel, tune: time each shape once per process") \
+    X(CACHE_CAPACITY, INT,    "512",  1, INT32_MAX, NULL, "compiled executables kept in the cache (least recently used dropped first)") \
+    X(POOL_MIB,       INT,    "4096", 0, INT32_MAX, NULL, "MiB of freed device buffers kept for reuse (0: keep none)") \
+    X(FAULT_ALLOC,    INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th device allocation (0: never)") \
+    X(FAULT_KERNEL,   INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th kernel call (0: never)") \
+    X(TORCH_PYTHON,   TEXT,   "/usr/bin/python3", 0, 0, NULL, "lazyc bench: the Python interpreter that runs the PyTorch reference") \
+    X(BENCH_TORCH_SCRIPT, TEXT, "", 0, 0, NULL, "lazyc bench: path of torch_reference.py (empty: found next to the program)") \
+    X(TORCH_OMP_WAIT_POLICY, TEXT, "", 0, 0, NULL, "lazyc bench: OMP_WAIT_POLICY for the PyTorch reference (empty: its default)")
+
+typedef enum {
+#define LZ_SETTING_ID(id, kind, def, lo, hi, choices, help) LZ_SETTING_##id,
+    LZ_SETTINGS(LZ_SETTING_ID)
+#undef LZ_SETTING_ID
+    LZ_SETTING_COUNT
+} lz_setting_id;
+
+/* The value of a BOOL, INT or CHOICE setting: the environment's, parsed on
+   the first call, or the default when unset or invalid (warned once). */
+int64_t     lz_setting_int(lz_setting_id id);
+/* The value of a TEXT setting (the environment's now, else the default). */
+const char *lz_setting_text(lz_setting_id id);
+
+#endif

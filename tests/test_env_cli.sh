@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `lazyc env` lists the settings table: every variable, the value set in the
+# environment (marked *), exit 1 naming a variable set to a value it does
+# not accept. And no code outside the table reads an LZ_* variable itself.
+# usage: test_env_cli.sh LAZYC SOURCE_DIR
+set -uo pipefail
+lazyc=$1 src=$2
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$lazyc" env) || fail "lazyc env exited $?"
+n=$(grep -c '^LZ_' <<<"$out")
+[ "$n" -ge 12 ] || fail "lazyc env listed $n variables"
+grep -q '^LZ_CACHE_CAPACITY  *512  ' <<<"$out" || fail "no default 512 for LZ_CACHE_CAPACITY: $out"
+
+# every variable, set to an accepted value, shows it marked as set
+while read -r name good; do
+  out=$(env "$name=$good" "$lazyc" env) || fail "$name=$good: lazyc env exited $?"
+  grep -q "^$name  *$good \*" <<<"$out" || fail "$name=$good not shown as set: $(grep "^$name " <<<"$out")"
+done <<'LIST'
+LZ_EAGER 1
+LZ_FUSION 0
+LZ_BLOCKED 0
+LZ_WINOGRAD 0
+LZ_DNNL_CONV tune
+LZ_CACHE_CAPACITY 7
+LZ_POOL_MIB 0
+LZ_FAULT_ALLOC 5
+LZ_FAULT_KERNEL 5
+LZ_TORCH_PYTHON /opt/py
+LZ_BENCH_TORCH_SCRIPT /opt/ref.py
+LZ_TORCH_OMP_WAIT_POLICY active
+LIST
+
+# refused values: exit 1, a message naming the variable, the default shown
+err=$(LZ_POOL_MIB=lots "$lazyc" env 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "LZ_POOL_MIB=lots: exit $rc, expected 1"
+grep -q "LZ_POOL_MIB='lots' is not accepted" <<<"$err" || fail "no message naming LZ_POOL_MIB: $err"
+out=$(LZ_EAGER=true "$lazyc" env 2>/dev/null)
+grep -q '^LZ_EAGER  *0  ' <<<"$out" || fail "LZ_EAGER=true should show the default 0: $(grep '^LZ_EAGER' <<<"$out")"
+
+"$lazyc" env --help | grep -q 'usage: lazyc env' || fail "lazyc env --help"
+"$lazyc" env extra >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "lazyc env extra: exit $rc, expected 2"
+help=$("$lazyc" --help)   # exit 2: no command ran
+grep -q '^  env ' <<<"$help" || fail "lazyc --help does not list env"
+
+# the table is the only reader of LZ_* variables
+direct=$(grep -rnE 'getenv\("LZ_' "$src/src" "$src/tools" "$src/models" "$src/examples" 2>/dev/null)
+[ -z "$direct" ] || fail "LZ_* read outside the settings table: $direct"
+echo "test_env_cli: ok"
