@@ -597,6 +597,7 @@ static void test_sweep_creation(void)
         arm(LZ_FAULT_ALLOC, n);
         lz_clear_error();
         lz_tensor *w = lz_test_rand(1, -1, 1, 2, (int64_t[]){4, 3});
+        if (w) lz_requires_grad(w, 1);
         lz_sgd *opt = w ? lz_sgd_new(&w, 1, (lz_sgd_opts){.lr = 0.1f, .momentum = 0.9f,
                                                            .weight_decay = 0.01f}) : NULL;
         lz_params *st = lz_params_new();

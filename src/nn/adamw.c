@@ -47,6 +47,7 @@
 #include "lazyc.h"
 #include "core/error.h"
 #include "core/thread.h"
+#include "nn/optim_opts.h"
 
 /* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and
    1 - exp(-80) rounds to 1. */
@@ -99,15 +100,18 @@ static int bad_value(float x)
 static int check_opts(lz_adamw_opts o)
 {
     if (bad_value(o.lr) || o.lr < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid learning rate %g", (double)o.lr);
+        return lz_errorf_int("lz_adamw_new: invalid learning rate (lr) %g: must be finite and >= 0",
+                             (double)o.lr);
     if (bad_value(o.eps) || o.eps < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid epsilon value %g", (double)o.eps);
+        return lz_errorf_int("lz_adamw_new: invalid epsilon value (eps) %g: must be finite and >= 0",
+                             (double)o.eps);
     if (isnan(o.beta1) || o.beta1 < 0.0f || o.beta1 >= 1.0f)
         return lz_errorf_int("lz_adamw_new: invalid beta1 %g: must be in [0, 1)", (double)o.beta1);
     if (isnan(o.beta2) || o.beta2 < 0.0f || o.beta2 >= 1.0f)
         return lz_errorf_int("lz_adamw_new: invalid beta2 %g: must be in [0, 1)", (double)o.beta2);
     if (bad_value(o.weight_decay) || o.weight_decay < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid weight_decay %g", (double)o.weight_decay);
+        return lz_errorf_int("lz_adamw_new: invalid weight_decay %g: must be finite and >= 0",
+                             (double)o.weight_decay);
     if (o.decoupled != 0 && o.decoupled != 1)
         return lz_errorf_int("lz_adamw_new: decoupled is %d, expected 0 (Adam) or 1 (AdamW)",
                              o.decoupled);
@@ -139,20 +143,14 @@ static int make_state(lz_adamw *opt)
 
 lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts o)
 {
-    if (n < 0)
-        return lz_errorf("lz_adamw_new: negative parameter count %d", n);
-    if (n > 0 && !params)
-        return lz_errorf("lz_adamw_new: %d parameters given with a NULL array", n);
-    for (int i = 0; i < n; i++) {
-        if (!params[i])
-            return lz_errorf("lz_adamw_new: parameter %d is NULL", i);
-        if (lz_tensor_dtype(params[i]) != LZ_F32)
-            return lz_errorf("lz_adamw_new: parameter %d is %s, expected f32", i,
-                             lz_dtype_name(lz_tensor_dtype(params[i])));
-        for (int j = 0; j < i; j++)
-            if (params[j] == params[i])
-                return lz_errorf("lz_adamw_new: parameter %d is parameter %d again", i, j);
-    }
+    if (lz_optim_check_params("lz_adamw_new", params, n))
+        return NULL;
+    /* zero fields: torch's defaults; weight_decay 0 stays none (see lazyc.h) */
+    o.lr = lz_opt_or(o.lr, 1e-3f);
+    o.beta1 = lz_opt_or(o.beta1, 0.9f);
+    o.beta2 = lz_opt_or(o.beta2, 0.999f);
+    o.eps = lz_opt_or(o.eps, 1e-8f);
+    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
     if (check_opts(o) != 0)
         return NULL;
 
