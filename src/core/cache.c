@@ -52,6 +52,21 @@ lz_executable *lz_cache_find(const lz_graph *g)
     return NULL;
 }
 
+const lz_executable *lz_cache_nearest(const lz_graph *g, size_t *common)
+{
+    const lz_executable *best = NULL;
+    size_t best_len = 0;
+    /* most recently used first: it wins a tie */
+    for (const entry *e = lru_head; e; e = e->lru_next) {
+        const int64_t *a = e->exe->sig;
+        size_t n = e->exe->sig_len < g->sig_len ? e->exe->sig_len : g->sig_len, k = 0;
+        while (k < n && a[k] == g->sig[k]) k++;
+        if (!best || k > best_len) best = e->exe, best_len = k;
+    }
+    *common = best_len;
+    return best;
+}
+
 static void remove_entry(entry *e)
 {
     entry **pp = &buckets[e->exe->hash % NBUCKETS];

@@ -9,6 +9,7 @@
 #include "core/cache.h"
 #include "core/capture.h"
 #include "core/error.h"
+#include "core/explain.h"
 #include "core/graph.h"
 #include "core/metrics.h"
 #include "core/thread.h"
@@ -34,10 +35,12 @@ int lz_is_eager(void)
 lz_executable *lz_find_or_compile(const lz_graph *g)
 {
     lz_executable *exe = lz_cache_find(g);
+    lz_explain_barrier(!exe);
     if (exe) {
         lz_counters.cache_hits++;
         return exe;
     }
+    lz_explain_miss(g);   /* before the insert: the nearest graph is another one */
     double t0 = lz_now_ms();
     exe = lz_compile(g);
     lz_counters.compile_ms += lz_now_ms() - t0;
