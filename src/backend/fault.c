@@ -12,7 +12,8 @@ static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static void read_env(void)
 {
-    static const char *const names[LZ_FAULT_KINDS] = {"LZ_FAULT_ALLOC", "LZ_FAULT_KERNEL"};
+    static const char *const names[LZ_FAULT_KINDS] = {"LZ_FAULT_ALLOC", "LZ_FAULT_KERNEL",
+                                                           "LZ_FAULT_HOST"};
     for (int k = 0; k < LZ_FAULT_KINDS; k++) {
         const char *v = getenv(names[k]);
         long n = v ? atol(v) : 0;
@@ -55,6 +56,15 @@ int lz_fault_hit(int kind)
         }
     return 0;
 }
+
+void *lz_host_malloc(size_t n) { return lz_fault_hit(LZ_FAULT_HOST) ? NULL : malloc(n); }
+
+void *lz_host_calloc(size_t n, size_t size)
+{
+    return lz_fault_hit(LZ_FAULT_HOST) ? NULL : calloc(n, size);
+}
+
+void *lz_host_realloc(void *p, size_t n) { return lz_fault_hit(LZ_FAULT_HOST) ? NULL : realloc(p, n); }
 
 const char *lz_fault_kernel_message(const char *op)
 {

@@ -43,6 +43,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lazyc.h"
 #include "core/error.h"
@@ -280,6 +281,14 @@ int lz_adamw_step(lz_adamw *opt)
         return lz_errorf_int("lz_adamw_step: optimizer is NULL");
     if (lz_owner_check("lz_adamw_step"))
         return -1;
+    lz_optim_undo undo;
+    lz_tensor **const touched[4] = {opt->params, opt->m, opt->v, opt->steps};
+    if (lz_optim_undo_begin(&undo, "lz_adamw_step", touched, 4, opt->n, NULL) != 0)
+        return -1;
+    int64_t *taken = malloc(sizeof *taken * (size_t)(opt->n + 1));
+    if (!taken)
+        return lz_optim_undo_end(&undo, lz_errorf_int("lz_adamw_step: out of memory"));
+    memcpy(taken, opt->taken, sizeof *taken * (size_t)opt->n);
     int rc = 0;
     lz_no_grad_begin();
     lz_scope_begin();
@@ -296,7 +305,10 @@ int lz_adamw_step(lz_adamw *opt)
             rc = step_group(opt, i, decay);
     lz_scope_end();
     lz_no_grad_end();
-    return rc;
+    if (rc != 0)   /* the counts go back with the tensors */
+        memcpy(opt->taken, taken, sizeof *taken * (size_t)opt->n);
+    free(taken);
+    return lz_optim_undo_end(&undo, rc);
 }
 
 /* torch's state names: exp_avg, exp_avg_sq and step, per parameter. The

@@ -1,5 +1,7 @@
 #include "nn/optim_opts.h"
 
+#include <stdlib.h>
+
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -25,4 +27,40 @@ int lz_optim_check_params(const char *fn, lz_tensor *const *params, int n)
                 return lz_errorf_int("%s: parameter %d is parameter %d again", fn, i, j);
     }
     return 0;
+}
+
+int lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor **const *groups, int k,
+                        int n_each, lz_tensor *single)
+{
+    int cap = k * n_each + 1;
+    u->n = 0;
+    u->t = malloc(sizeof *u->t * (size_t)cap);
+    u->node = malloc(sizeof *u->node * (size_t)cap);
+    if (!u->t || !u->node) {
+        free(u->t);
+        free(u->node);
+        u->t = NULL, u->node = NULL;
+        return lz_errorf_int("%s: out of memory", fn);
+    }
+    for (int g = 0; g < k; g++)
+        for (int i = 0; groups[g] && i < n_each; i++) u->t[u->n++] = groups[g][i];
+    if (single) u->t[u->n++] = single;
+    for (int i = 0; i < u->n; i++) {
+        u->node[i] = u->t[i]->node;
+        lz_node_ref(u->node[i]);
+    }
+    return 0;
+}
+
+int lz_optim_undo_end(lz_optim_undo *u, int rc)
+{
+    for (int i = 0; i < u->n; i++) {
+        if (rc != 0 && u->t[i]->node != u->node[i])
+            lz_tensor_set_node(u->t[i], u->node[i]);   /* takes the reference */
+        else
+            lz_node_unref(u->node[i]);
+    }
+    free(u->t);
+    free(u->node);
+    return rc;
 }

@@ -213,6 +213,10 @@ int lz_sgd_step(lz_sgd *opt)
         return lz_errorf_int("lz_sgd_step: optimizer is NULL");
     if (lz_owner_check("lz_sgd_step"))
         return -1;
+    lz_optim_undo undo;
+    lz_tensor **const touched[2] = {opt->params, opt->bufs};
+    if (lz_optim_undo_begin(&undo, "lz_sgd_step", touched, 2, opt->n, opt->started) != 0)
+        return -1;
     int rc = 0;
     lz_no_grad_begin();
     lz_scope_begin();
@@ -223,7 +227,7 @@ int lz_sgd_step(lz_sgd *opt)
         rc = lz_assign(opt->started, opt->on);
     lz_scope_end();
     lz_no_grad_end();
-    return rc;
+    return lz_optim_undo_end(&undo, rc);
 }
 
 int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix)
