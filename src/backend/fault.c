@@ -9,6 +9,7 @@
 static atomic_long remaining[LZ_FAULT_KINDS];
 static atomic_long fired[LZ_FAULT_KINDS];
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static atomic_int env_read;   /* set once read_env ran: the hot path skips pthread_once */
 
 static void read_env(void)
 {
@@ -19,6 +20,7 @@ static void read_env(void)
         long n = v ? atol(v) : 0;
         atomic_store(&remaining[k], n > 0 ? n : 0);
     }
+    atomic_store_explicit(&env_read, 1, memory_order_release);
 }
 
 void lz_fault_set(int kind, long n)
@@ -45,7 +47,7 @@ long lz_fault_fired(int kind)
 
 int lz_fault_hit(int kind)
 {
-    pthread_once(&env_once, read_env);
+    if (!atomic_load_explicit(&env_read, memory_order_acquire)) pthread_once(&env_once, read_env);
     long r = atomic_load_explicit(&remaining[kind], memory_order_relaxed);
     /* the thread whose decrement takes it from 1 to 0 fails; then disarmed */
     while (r > 0)
