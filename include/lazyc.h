@@ -244,27 +244,48 @@ LZ_API void       lz_no_grad_end(void);
 
 /* ---- optimizers ------------------------------------------------------ */
 
+/* Options fields: a zero field means PyTorch's default, named per field
+   below. Where 0 is also a value someone may want and differs from the
+   default (lr, beta1, beta2, eps, gamma), LZ_OPT_ZERO gives an exact 0.
+   Invalid values (negative, non-finite, out of range) are errors naming
+   the field. LZ_OPT_ZERO is a value no field accepts otherwise, so a
+   mistaken negative (-1) is still an error. */
+#define LZ_OPT_ZERO (-1e30f)
+
 typedef struct lz_sgd lz_sgd;
 typedef struct lz_sgd_opts {
-    float lr, momentum, dampening, weight_decay;
-    int   nesterov;
+    float lr;            /* 0: 1e-3 (torch >= 2.0's default), LZ_OPT_ZERO: 0; >= 0 */
+    float momentum;      /* 0: none (torch's default); must be >= 0 */
+    float dampening;     /* 0: none (torch's default) */
+    float weight_decay;  /* 0: none (torch's default); L2 added to the grad; >= 0 */
+    int   nesterov;      /* 0: off (torch's default); 1 needs momentum > 0, dampening 0 */
 } lz_sgd_opts;
-/* SGD as in torch.optim.SGD; lr, momentum and weight decay are 0-d data. */
+/* SGD as in torch.optim.SGD; lr, momentum and weight decay are 0-d data.
+   Every parameter must be f32 and require grad (else NULL and an error
+   naming it); one without a grad at a step is skipped, as torch does. */
 LZ_API lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts);
-LZ_API void    lz_sgd_set_lr(lz_sgd *opt, float lr);      /* never recompiles */
+/* Never recompiles; 0 is 0 here. A negative or non-finite rate is refused
+   with an error and the rate stays. */
+LZ_API void    lz_sgd_set_lr(lz_sgd *opt, float lr);
 LZ_API int     lz_sgd_step(lz_sgd *opt);                  /* records the update */
 LZ_API void    lz_sgd_zero_grad(lz_sgd *opt);
 LZ_API void    lz_sgd_free(lz_sgd *opt);
 
 typedef struct lz_adamw lz_adamw;
 typedef struct lz_adamw_opts {
-    float lr, beta1, beta2, eps, weight_decay;
+    float lr;            /* 0: 1e-3 (torch's default), LZ_OPT_ZERO: 0; >= 0 */
+    float beta1;         /* 0: 0.9 (torch's default), LZ_OPT_ZERO: 0; in [0, 1) */
+    float beta2;         /* 0: 0.999 (torch's default), LZ_OPT_ZERO: 0; in [0, 1) */
+    float eps;           /* 0: 1e-8 (torch's default), LZ_OPT_ZERO: 0; must be >= 0 */
+    float weight_decay;  /* 0: none; >= 0. torch.optim.Adam's default is 0, but
+                            torch.optim.AdamW's is 1e-2: pass it to match AdamW */
     int   decoupled;     /* 1: AdamW (decoupled decay); 0: Adam (L2 in the grad) */
 } lz_adamw_opts;
 /* torch.optim.Adam / AdamW. The step count and bias corrections are data
-   advanced inside the graph, so a captured step replays correctly. */
+   advanced inside the graph, so a captured step replays correctly. Every
+   parameter must be f32 and require grad (else NULL and an error naming it). */
 LZ_API lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts);
-LZ_API void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* never recompiles */
+LZ_API void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* as lz_sgd_set_lr */
 LZ_API int       lz_adamw_step(lz_adamw *opt);
 LZ_API void      lz_adamw_zero_grad(lz_adamw *opt);
 LZ_API void      lz_adamw_free(lz_adamw *opt);
@@ -278,7 +299,10 @@ LZ_API int lz_adamw_state(lz_adamw *opt, lz_params *into, const char *prefix);
 LZ_API int lz_rng_state(lz_params *into, const char *prefix);
 
 /* Learning-rate schedules: the rate for a step, to pass to *_set_lr
-   between steps (torch's StepLR and CosineAnnealingLR). */
+   between steps (torch's StepLR and CosineAnnealingLR). gamma 0 is torch's
+   default 0.1 (LZ_OPT_ZERO: 0); eta_min 0 is 0, torch's default; step_size
+   and t_max have no default and must be positive. An invalid argument
+   gives NAN and an error naming it. */
 LZ_API float lz_lr_step(float base_lr, int step, int step_size, float gamma);
 LZ_API float lz_lr_cosine(float base_lr, int step, int t_max, float eta_min);
 
@@ -343,10 +367,11 @@ LZ_API void        lz_dataset_free(lz_dataset *ds);
    more for that shape). */
 typedef struct lz_loader lz_loader;
 typedef struct lz_loader_opts {
-    int64_t  batch;
-    int      shuffle, drop_last;
-    uint64_t seed;
-    float    mean, std;        /* std 0 is read as 1 */
+    int64_t  batch;            /* required, > 0: 0 is an error, not torch's 1 */
+    int      shuffle;          /* 0: in order (torch's default) */
+    int      drop_last;        /* 0: keep the last partial batch (torch's default) */
+    uint64_t seed;             /* 0 is a seed like any other */
+    float    mean, std;        /* mean 0: none; std 0 is read as 1; both finite */
 } lz_loader_opts;
 LZ_API lz_loader *lz_loader_new(const lz_dataset *ds, lz_loader_opts opts);   /* ds must outlive it */
 LZ_API int64_t    lz_loader_batches(const lz_loader *l);                      /* per epoch */

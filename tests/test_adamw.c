@@ -429,6 +429,7 @@ static void test_bad_options(void)
     const float v[2] = {1, 2};
     const int64_t iv[2] = {1, 2};
     lz_tensor *p = lz_from_host(v, LZ_F32, 1, shape), *ip = lz_from_host(iv, LZ_I64, 1, shape);
+    lz_requires_grad(p, 1);
     lz_adamw_opts good = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
     lz_adamw_opts o;
     o = good; o.lr = -1.0f;          expect_bad(&p, 1, o, "learning rate");
@@ -446,7 +447,7 @@ static void test_bad_options(void)
 
     /* beta1 = 0 is allowed (torch allows it): 1 - 0^t is 1 */
     lz_clear_error();
-    o = good; o.beta1 = 0.0f;
+    o = good; o.beta1 = LZ_OPT_ZERO;
     lz_adamw *opt = lz_adamw_new(&p, 1, o);
     CHECK(opt != NULL);
     /* a bad rate is refused with an error, and the rate stays */
@@ -478,7 +479,7 @@ static void test_bad_options(void)
 static void test_beta1_zero(void)
 {
     float after[2];
-    run_square((lz_adamw_opts){.lr = 0.1f, .beta1 = 0.0f, .beta2 = 0.999f, .eps = 0.5f}, 2, after);
+    run_square((lz_adamw_opts){.lr = 0.1f, .beta1 = LZ_OPT_ZERO, .beta2 = 0.999f, .eps = 0.5f}, 2, after);
     CHECK_NEAR(after[0], 0.92, 1e-6);
     CHECK_NEAR(after[1], 0.844017993, 1e-6);
 }

@@ -244,6 +244,7 @@ int main(void)
 
     /* ---- optimizers ---- */
     lz_tensor *p = lz_zeros(LZ_F32, 1, s3);
+    lz_requires_grad(p, 1);
     lz_sgd_opts so = {.lr = 0.1f};
     lz_adamw_opts ao = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .decoupled = 1};
     BAD_PTR(lz_sgd_new(NULL, 2, so), "2 parameters given with a NULL array");

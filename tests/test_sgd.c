@@ -131,6 +131,7 @@ static void test_bad_options(void)
     int64_t shape[1] = { 1 };
     float one = 1.0f;
     lz_tensor *p = lz_from_host(&one, LZ_F32, 1, shape);
+    lz_requires_grad(p, 1);
     lz_clear_error();
     CHECK(lz_sgd_new(&p, 1, (lz_sgd_opts){ .lr = -1.0f }) == NULL);
     CHECK(lz_last_error() && strstr(lz_last_error(), "learning rate"));

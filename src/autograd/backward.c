@@ -2,48 +2,53 @@
  * topological order. Every rule records ops, so the whole backward pass is
  * pending IR that the next barrier cuts together with the forward and the
  * update. */
-#include <assert.h>
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
 #include "core/error.h"
+#include "backend/fault.h"
 #include "core/tensor.h"
 #include "core/thread.h"
 
 typedef struct tvec { lz_tensor **v; int n, cap; } tvec;
 
-static void push(tvec *a, lz_tensor *t)
+/* 0, or -1 (out of memory; a keeps what it had) */
+static int push(tvec *a, lz_tensor *t)
 {
     if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 64;
-        a->v = realloc(a->v, sizeof *a->v * (size_t)a->cap);
-        assert(a->v);
+        int cap = a->cap ? a->cap * 2 : 64;
+        lz_tensor **v = lz_host_realloc(a->v, sizeof *a->v * (size_t)cap);
+        if (!v) return -1;
+        a->v = v, a->cap = cap;
     }
     a->v[a->n++] = t;
+    return 0;
 }
 
 /* Post-order over the autograd records, iterative (deep networks). A
  * tensor's ag_epoch is 2*ep once expanded and 2*ep+1 once emitted. */
-static void topo_order(lz_tensor *root, uint32_t ep, tvec *order)
+static int topo_order(lz_tensor *root, uint32_t ep, tvec *order)
 {
     tvec stack = {0};
-    push(&stack, root);
-    while (stack.n) {
+    int rc = push(&stack, root);
+    while (stack.n && rc == 0) {
         lz_tensor *t = stack.v[stack.n - 1];
         if (t->ag_epoch < 2 * ep) {
             t->ag_epoch = 2 * ep;
             if (t->ag)
                 for (int i = 0; i < t->ag->n_in; i++)
-                    if (lz_needs_grad(t->ag->in[i]) && t->ag->in[i]->ag_epoch < 2 * ep)
-                        push(&stack, t->ag->in[i]);
+                    if (lz_needs_grad(t->ag->in[i]) && t->ag->in[i]->ag_epoch < 2 * ep &&
+                        (rc = push(&stack, t->ag->in[i])) != 0)
+                        break;
             continue;
         }
         stack.n--;
         if (t->ag_epoch == 2 * ep + 1) continue;
         t->ag_epoch = 2 * ep + 1;
-        push(order, t);
+        rc = push(order, t);
     }
     free(stack.v);
+    return rc ? lz_errorf_int("lz_backward: out of memory ordering the autograd records") : 0;
 }
 
 /* Adds g (an owned handle) into t's accumulator for this pass. */
@@ -77,14 +82,13 @@ int lz_backward(lz_tensor *loss)
     if (!lz_needs_grad(loss)) return lz_errorf_int("lz_backward: loss does not depend on any tensor that requires grad");
     uint32_t ep = ++pass_epoch;
     tvec order = {0};
-    topo_order(loss, ep, &order);
+    int rc = topo_order(loss, ep, &order);
 
     lz_no_grad_begin();
-    int rc = 0;
     /* d loss / d loss = 1: a constant 1 is one of the two values that may
        be baked into a graph */
     lz_attrs one = {.n_fattr = 1, .fattr = {1.0f}};
-    loss->ag_acc = lz_record(LZ_OP_FILL, LZ_F32, loss->node->ndim, loss->node->shape, 0, NULL, &one);
+    loss->ag_acc = rc ? NULL : lz_record(LZ_OP_FILL, LZ_F32, loss->node->ndim, loss->node->shape, 0, NULL, &one);
     if (loss->ag_acc) lz_scope_release(loss->ag_acc);
     else rc = -1;
 
@@ -107,7 +111,11 @@ int lz_backward(lz_tensor *loss)
         }
         lz_ag *ag = t->ag;
         lz_tensor *gin_small[8] = {0}, **gin = gin_small;
-        if (ag->n_in > 8) gin = calloc((size_t)ag->n_in, sizeof *gin);
+        if (ag->n_in > 8 && !(gin = calloc((size_t)ag->n_in, sizeof *gin))) {
+            lz_free(g);
+            rc = lz_errorf_int("lz_backward: out of memory at %s", ag->name);
+            break;
+        }
         lz_scope_begin();
         rc = ag->backward(ag, t, g, gin);
         for (int i = 0; i < ag->n_in; i++)

@@ -11,12 +11,15 @@
 static atomic_long remaining[LZ_FAULT_KINDS];
 static atomic_long fired[LZ_FAULT_KINDS];
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static atomic_int env_read;   /* set once read_env ran: the hot path skips pthread_once */
 
 static void read_env(void)
 {
-    static const lz_setting_id ids[LZ_FAULT_KINDS] = {LZ_SETTING_FAULT_ALLOC, LZ_SETTING_FAULT_KERNEL};
+    static const lz_setting_id ids[LZ_FAULT_KINDS] = {LZ_SETTING_FAULT_ALLOC, LZ_SETTING_FAULT_KERNEL,
+                                                       LZ_SETTING_FAULT_HOST};
     for (int k = 0; k < LZ_FAULT_KINDS; k++)
         atomic_store(&remaining[k], (long)lz_setting_int(ids[k]));
+    atomic_store_explicit(&env_read, 1, memory_order_release);
 }
 
 void lz_fault_set(int kind, long n)
@@ -43,7 +46,7 @@ long lz_fault_fired(int kind)
 
 int lz_fault_hit(int kind)
 {
-    pthread_once(&env_once, read_env);
+    if (!atomic_load_explicit(&env_read, memory_order_acquire)) pthread_once(&env_once, read_env);
     long r = atomic_load_explicit(&remaining[kind], memory_order_relaxed);
     /* the thread whose decrement takes it from 1 to 0 fails; then disarmed */
     while (r > 0)
@@ -54,6 +57,15 @@ int lz_fault_hit(int kind)
         }
     return 0;
 }
+
+void *lz_host_malloc(size_t n) { return lz_fault_hit(LZ_FAULT_HOST) ? NULL : malloc(n); }
+
+void *lz_host_calloc(size_t n, size_t size)
+{
+    return lz_fault_hit(LZ_FAULT_HOST) ? NULL : calloc(n, size);
+}
+
+void *lz_host_realloc(void *p, size_t n) { return lz_fault_hit(LZ_FAULT_HOST) ? NULL : realloc(p, n); }
 
 const char *lz_fault_kernel_message(const char *op)
 {

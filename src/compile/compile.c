@@ -6,10 +6,10 @@
  * values and the scratch the kernels asked for. */
 #include "compile/executable.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "backend/memory.h"
 #include "core/error.h"
 
@@ -47,9 +47,12 @@ static double step_flops(const lz_program *p, const lz_step *s)
 static void lower(const lz_graph *g, lz_program *p)
 {
     p->n_values = g->n_nodes;
-    p->values = calloc((size_t)g->n_nodes, sizeof *p->values);
-    p->steps = calloc((size_t)g->n_nodes, sizeof *p->steps);
-    assert(p->values && p->steps);
+    p->values = lz_host_calloc((size_t)g->n_nodes, sizeof *p->values);
+    p->steps = lz_host_calloc((size_t)g->n_nodes, sizeof *p->steps);
+    if (!p->values || !p->steps) {
+        p->out_of_memory = 1;
+        return;
+    }
     p->n_inputs = g->n_inputs;
     p->n_outputs = g->n_outputs;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -70,8 +73,11 @@ static void lower(const lz_graph *g, lz_program *p)
         s->op = n->op;
         s->out = i;
         s->n_in = n->n_src;
-        s->in = malloc(sizeof *s->in * (size_t)(n->n_src ? n->n_src : 1));
-        assert(s->in);
+        s->in = lz_host_malloc(sizeof *s->in * (size_t)(n->n_src ? n->n_src : 1));
+        if (!s->in) {
+            p->out_of_memory = 1;
+            return;
+        }
         for (int k = 0; k < n->n_src; k++) s->in[k] = n->src[k]->cut_index;
         memcpy(s->iattr, n->iattr, sizeof s->iattr);
         memcpy(s->fattr, n->fattr, sizeof s->fattr);
@@ -86,23 +92,28 @@ static void lower(const lz_graph *g, lz_program *p)
 
 lz_executable *lz_compile(const lz_graph *g)
 {
-    lz_executable *e = calloc(1, sizeof *e);
-    assert(e);
+    lz_executable *e = lz_host_calloc(1, sizeof *e);
+    if (!e) return lz_errorf("out of memory compiling a graph of %d nodes", g->n_nodes);
     atomic_init(&e->refs, 1);
     e->hash = g->hash;
     e->sig_len = g->sig_len;
-    e->sig = malloc(sizeof *e->sig * (g->sig_len ? g->sig_len : 1));
-    assert(e->sig);
-    memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
-    lower(g, &e->prog);
-    lz_fold_expands(&e->prog);
-    lz_fold_slice_grads(&e->prog);
-    lz_fuse_bn_activation(&e->prog);
-    lz_fuse(&e->prog);
-    lz_plan_views(&e->prog);
+    e->sig = lz_host_malloc(sizeof *e->sig * (g->sig_len ? g->sig_len : 1));
+    if (e->sig) {
+        memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
+        lower(g, &e->prog);
+    }
+    /* each pass leaves the program whole when it stops for memory */
+    void (*const passes[])(lz_program *) = {lz_fold_expands, lz_fold_slice_grads,
+                                            lz_fuse_bn_activation, lz_fuse, lz_plan_views};
+    for (size_t k = 0; e->sig && k < sizeof passes / sizeof *passes && !e->prog.out_of_memory; k++)
+        passes[k](&e->prog);
     e->backend = lz_backend_current();
-    lz_plan_layouts(&e->prog, e->backend);
-    lz_plan_inplace(&e->prog);
+    if (e->sig && !e->prog.out_of_memory) lz_plan_layouts(&e->prog, e->backend);
+    if (e->sig && !e->prog.out_of_memory) lz_plan_inplace(&e->prog);
+    if (!e->sig || e->prog.out_of_memory) {
+        lz_executable_unref(e);
+        return lz_errorf("out of memory compiling a graph of %d nodes", g->n_nodes);
+    }
     /* the kernels first: the plan places the scratch they ask for */
     e->bexec = e->backend->prepare(&e->prog);
     if (!e->bexec) {
@@ -110,6 +121,10 @@ lz_executable *lz_compile(const lz_graph *g)
         return NULL;
     }
     lz_plan_memory(&e->prog);
+    if (e->prog.out_of_memory) {
+        lz_executable_unref(e);
+        return lz_errorf("out of memory compiling a graph of %d nodes", g->n_nodes);
+    }
     if (e->prog.arena_bytes) {
         e->arena = lz_device_alloc(e->prog.arena_bytes);
         if (!e->arena) {

@@ -7,16 +7,21 @@
  * no buffer. Fusion then reads the source as a broadcast operand.
  *
  * ViT at bench size ran 51 expands a step (7-15 ms), BERT 50 (9.5 ms). */
-#include <assert.h>
 #include <stdlib.h>
 
+#include "backend/fault.h"
 #include "compile/program.h"
 
 void lz_fold_expands(lz_program *p)
 {
     const size_t nv = (size_t)(p->n_values ? p->n_values : 1);
-    int *source = malloc(sizeof *source * nv), *uses = calloc(nv, sizeof *uses);
-    assert(source && uses);
+    int *source = lz_host_malloc(sizeof *source * nv), *uses = lz_host_calloc(nv, sizeof *uses);
+    char *drop = lz_host_calloc((size_t)p->n_steps + 1, 1);
+    if (!source || !uses || !drop) {
+        free(source); free(uses); free(drop);
+        p->out_of_memory = 1;
+        return;
+    }
     for (int v = 0; v < p->n_values; v++) source[v] = -1;
     for (int i = 0; i < p->n_steps; i++) {
         lz_step *s = &p->steps[i];
@@ -26,8 +31,6 @@ void lz_fold_expands(lz_program *p)
         for (int a = 0; a < s->n_in; a++) uses[s->in[a]]++;
         if (s->op == LZ_OP_EXPAND) source[s->out] = s->in[0];
     }
-    char *drop = calloc((size_t)p->n_steps + 1, 1);
-    assert(drop);
     for (int i = 0; i < p->n_steps; i++) {
         const lz_step *s = &p->steps[i];
         drop[i] = s->op == LZ_OP_EXPAND && !uses[s->out] && p->values[s->out].kind == LZ_VALUE_TEMP;

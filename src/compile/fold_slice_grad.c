@@ -7,10 +7,10 @@
  *
  * ViT at bench size: 36 of its 37 slice gradients a step (16-30 ms), and
  * the adds over them. */
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "compile/program.h"
 
 #define MAX_PARTS 16
@@ -65,9 +65,13 @@ static int tiles_axis(const lz_program *p, tree *t, int64_t len)
 void lz_fold_slice_grads(lz_program *p)
 {
     const size_t nv = (size_t)(p->n_values ? p->n_values : 1);
-    int *producer = malloc(sizeof *producer * nv), *uses = calloc(nv, sizeof *uses);
-    char *dead = calloc((size_t)p->n_steps + 1, 1);
-    assert(producer && uses && dead);
+    int *producer = lz_host_malloc(sizeof *producer * nv), *uses = lz_host_calloc(nv, sizeof *uses);
+    char *dead = lz_host_calloc((size_t)p->n_steps + 1, 1);
+    if (!producer || !uses || !dead) {
+        free(producer); free(uses); free(dead);
+        p->out_of_memory = 1;
+        return;
+    }
     for (int v = 0; v < p->n_values; v++) producer[v] = -1;
     for (int i = 0; i < p->n_steps; i++) {
         producer[p->steps[i].out] = i;
@@ -83,8 +87,8 @@ void lz_fold_slice_grads(lz_program *p)
             continue;
         const int64_t axis = p->steps[t.leaf[0]].iattr[0];
         if (axis < 0 || axis >= root->ndim || !tiles_axis(p, &t, root->shape[axis])) continue;
-        int *in = malloc(sizeof *in * (size_t)t.n_leaf);
-        assert(in);
+        int *in = lz_host_malloc(sizeof *in * (size_t)t.n_leaf);
+        if (!in) continue;   /* out of memory: this sum stays unfolded */
         for (int a = 0; a < t.n_leaf; a++) {
             in[a] = p->steps[t.leaf[a]].in[0];
             dead[t.leaf[a]] = 1;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "compile/executable.h"
 
 static int fusable(const lz_program *p, const lz_step *s)
@@ -30,16 +31,20 @@ static int fusable(const lz_program *p, const lz_step *s)
 }
 
 /* Builds the fused step for the steps old[idx[0..n)] into *dst. uses[v]
-   counts the operand slots that read value v in the whole program. */
-static void fuse_run(const lz_program *p, const lz_step *old, const int *idx, int n,
-                     const int *uses, lz_step *dst)
+   counts the operand slots that read value v in the whole program. -1 when
+   out of memory (*dst untouched). */
+static int fuse_run(const lz_program *p, const lz_step *old, const int *idx, int n,
+                    const int *uses, lz_step *dst)
 {
-    lz_fused *f = calloc(1, sizeof *f);
-    assert(f);
+    lz_fused *f = lz_host_calloc(1, sizeof *f);
+    int *ext = lz_host_malloc(sizeof *ext * (size_t)(n * LZ_FUSED_MAX_IN));
+    if (!f || !ext) {
+        free(f);
+        free(ext);
+        return -1;
+    }
     f->n_ops = n;
     f->numel = p->values[old[idx[0]].out].numel;
-    int *ext = malloc(sizeof *ext * (size_t)(n * LZ_FUSED_MAX_IN));
-    assert(ext);
     int n_ext = 0;
     for (int k = 0; k < n; k++) {
         const lz_step *s = &old[idx[k]];
@@ -75,6 +80,7 @@ static void fuse_run(const lz_program *p, const lz_step *old, const int *idx, in
     dst->n_in = n_ext;
     dst->in = ext;
     dst->fused = f;
+    return 0;
 }
 
 /* Groups being collected. A group is emitted (and so runs) when a step
@@ -106,10 +112,11 @@ typedef struct fuser {
 static void emit(fuser *fz, int gi)
 {
     group *g = &fz->open[gi];
-    if (g->n == 1)
-        fz->out[fz->n_out++] = fz->old[g->idx[0]];
+    /* out of memory, a group runs unfused: the same steps in order */
+    if (g->n == 1 || fuse_run(fz->p, fz->old, g->idx, g->n, fz->uses, &fz->out[fz->n_out]) != 0)
+        for (int k = 0; k < g->n; k++) fz->out[fz->n_out++] = fz->old[g->idx[k]];
     else
-        fuse_run(fz->p, fz->old, g->idx, g->n, fz->uses, &fz->out[fz->n_out++]);
+        fz->n_out++;
     for (int k = 0; k < g->n; k++) fz->owner[fz->old[g->idx[k]].out] = -1;
     g->n = 0;
     g->opened = 0;
@@ -133,11 +140,14 @@ void lz_fuse(lz_program *p)
 {
     if (!lz_fusion_enabled() || p->n_steps < 2) return;
     fuser fz = {.p = p, .old = p->steps};
-    int *uses = calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *uses);
-    fz.owner = malloc(sizeof *fz.owner * (size_t)(p->n_values ? p->n_values : 1));
-    fz.pending = malloc(sizeof *fz.pending * (size_t)(p->n_values ? p->n_values : 1));
-    fz.out = calloc((size_t)p->n_steps, sizeof *fz.out);
-    assert(uses && fz.owner && fz.pending && fz.out);
+    int *uses = lz_host_calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *uses);
+    fz.owner = lz_host_malloc(sizeof *fz.owner * (size_t)(p->n_values ? p->n_values : 1));
+    fz.pending = lz_host_malloc(sizeof *fz.pending * (size_t)(p->n_values ? p->n_values : 1));
+    fz.out = lz_host_calloc((size_t)p->n_steps, sizeof *fz.out);
+    if (!uses || !fz.owner || !fz.pending || !fz.out) {   /* the program stays unfused */
+        free(uses); free(fz.owner); free(fz.pending); free(fz.out);
+        return;
+    }
     fz.uses = uses;
     for (int v = 0; v < p->n_values; v++) fz.owner[v] = -1;
     for (int i = 0; i < p->n_steps; i++)

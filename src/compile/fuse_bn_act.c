@@ -9,10 +9,10 @@
  * it, which gives the same mask as z (z > 0 exactly where y > 0; lo < z <
  * hi exactly where lo < y < hi; NaN in both or neither). Runs before the
  * element-wise fusion pass. */
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "compile/executable.h"
 
 /* The activation a step applies: 1 ReLU, 2 hardtanh, 0 neither. */
@@ -96,8 +96,11 @@ static void fold_gradients(lz_program *p)
             if (b->n_in < 4 || b->in[3] != gy) continue;
             const lz_step *bn = mask_source(p, a.in[0], &a, b);
             const int has_w = bn->iattr[0] != 0, has_b = bn->iattr[1] != 0;
-            int *in = realloc(b->in, sizeof *in * (size_t)(b->n_in + 2));
-            assert(in);
+            int *in = lz_host_realloc(b->in, sizeof *in * (size_t)(b->n_in + 2));
+            if (!in) {   /* out of memory, maybe after rewriting a reader: the compile fails */
+                p->out_of_memory = 1;
+                return;
+            }
             b->in = in;
             b->in[3] = a.in[1];
             if (has_w) b->in[b->n_in++] = bn->in[3];

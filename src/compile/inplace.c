@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "compile/program.h"
 
 static int reads_in_place(const lz_fused_arg *a, int64_t numel)
@@ -90,8 +91,11 @@ static void mark_with_readers(const lz_program *p, int c, char *tail, char *mine
 
 static void sink_tail(lz_program *p, const char *tail)
 {
-    lz_step *order = malloc(sizeof *order * (size_t)(p->n_steps + 1));
-    assert(order);
+    lz_step *order = lz_host_malloc(sizeof *order * (size_t)(p->n_steps + 1));
+    if (!order) {
+        p->out_of_memory = 1;
+        return;
+    }
     int n = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < p->n_steps; i++)
@@ -105,11 +109,14 @@ static void sink_tail(lz_program *p, const char *tail)
 
 static void record_uses(lz_program *p)
 {
-    p->written_by = malloc(sizeof *p->written_by * (size_t)(p->n_outputs + 1));
-    p->last_read_by = malloc(sizeof *p->last_read_by * (size_t)(p->n_inputs + 1));
-    p->output_value = malloc(sizeof *p->output_value * (size_t)(p->n_outputs + 1));
-    p->input_value = malloc(sizeof *p->input_value * (size_t)(p->n_inputs + 1));
-    assert(p->written_by && p->last_read_by && p->output_value && p->input_value);
+    p->written_by = lz_host_malloc(sizeof *p->written_by * (size_t)(p->n_outputs + 1));
+    p->last_read_by = lz_host_malloc(sizeof *p->last_read_by * (size_t)(p->n_inputs + 1));
+    p->output_value = lz_host_malloc(sizeof *p->output_value * (size_t)(p->n_outputs + 1));
+    p->input_value = lz_host_malloc(sizeof *p->input_value * (size_t)(p->n_inputs + 1));
+    if (!p->written_by || !p->last_read_by || !p->output_value || !p->input_value) {
+        p->out_of_memory = 1;   /* lz_program_free frees what was allocated */
+        return;
+    }
     for (int o = 0; o < p->n_outputs; o++) p->written_by[o] = p->output_value[o] = -1;
     for (int k = 0; k < p->n_inputs; k++) p->last_read_by[k] = p->input_value[k] = -1;
     for (int v = 0; v < p->n_values; v++) {
@@ -133,9 +140,13 @@ static void record_uses(lz_program *p)
 void lz_plan_inplace(lz_program *p)
 {
     p->commit_from = p->n_steps;
-    char *tail = calloc((size_t)p->n_steps + 1, 1);
-    char *mine = malloc((size_t)p->n_steps + 1), *made = malloc((size_t)p->n_values + 1);
-    assert(tail && mine && made);
+    char *tail = lz_host_calloc((size_t)p->n_steps + 1, 1);
+    char *mine = lz_host_malloc((size_t)p->n_steps + 1), *made = lz_host_malloc((size_t)p->n_values + 1);
+    if (!tail || !mine || !made) {
+        free(tail); free(mine); free(made);
+        p->out_of_memory = 1;
+        return;
+    }
     for (int i = 0; i < p->n_steps; i++)
         if (!tail[i] && could_overwrite(p, i)) mark_with_readers(p, i, tail, mine, made);
     sink_tail(p, tail);

@@ -2,9 +2,9 @@
  * temporary takes the best-fitting free block when it is produced and gives
  * it back after its last use, so activations reuse freed memory. A step's
  * scratch is a temporary that lives for that step alone. */
-#include <assert.h>
 #include <stdlib.h>
 
+#include "backend/fault.h"
 #include "compile/executable.h"
 
 #define ALIGN 64
@@ -46,9 +46,10 @@ static void give(freelist *f, size_t off, size_t size)
         else if (off + size == f->v[i].off) { size += f->v[i].size; f->v[i--] = f->v[--f->n]; }
     }
     if (f->n == f->cap) {
-        f->cap = f->cap ? f->cap * 2 : 32;
-        f->v = realloc(f->v, sizeof *f->v * (size_t)f->cap);
-        assert(f->v);
+        int cap = f->cap ? f->cap * 2 : 32;
+        block *v = lz_host_realloc(f->v, sizeof *f->v * (size_t)cap);
+        if (!v) return;   /* out of memory: the block is never reused, the arena grows */
+        f->v = v, f->cap = cap;
     }
     f->v[f->n++] = (block){off, size};
 }
@@ -59,8 +60,11 @@ static size_t aligned(size_t nbytes) { return (nbytes + ALIGN - 1) / ALIGN * ALI
 
 void lz_plan_memory(lz_program *p)
 {
-    int *last_use = malloc(sizeof *last_use * (size_t)(p->n_values ? p->n_values : 1));
-    assert(last_use);
+    int *last_use = lz_host_malloc(sizeof *last_use * (size_t)(p->n_values ? p->n_values : 1));
+    if (!last_use) {
+        p->out_of_memory = 1;
+        return;
+    }
     for (int v = 0; v < p->n_values; v++) last_use[v] = -1;
     for (int i = 0; i < p->n_steps; i++) {
         last_use[p->steps[i].out] = i;

@@ -84,6 +84,7 @@ typedef struct lz_program {
     int      *written_by;    /* per output slot: the step writing it */
     int      *last_read_by;  /* per input slot: the last step reading it, or -1 */
     int      *output_value, *input_value;   /* per slot: its value */
+    int       out_of_memory; /* a pass found no host memory: lz_compile fails */
 } lz_program;
 
 /* The value whose memory v is: itself, or the value it views. */

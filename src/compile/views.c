@@ -8,15 +8,18 @@
  * output keeps its copy: that buffer is the caller's.
  *
  * ViT at bench size ran 352 reshape copies a step (40-52 ms of ~900). */
-#include <assert.h>
 #include <stdlib.h>
 
+#include "backend/fault.h"
 #include "compile/program.h"
 
 void lz_plan_views(lz_program *p)
 {
-    char *drop = calloc((size_t)p->n_steps + 1, 1);
-    assert(drop);
+    char *drop = lz_host_calloc((size_t)p->n_steps + 1, 1);
+    if (!drop) {
+        p->out_of_memory = 1;
+        return;
+    }
     for (int i = 0; i < p->n_steps; i++) {
         const lz_step *s = &p->steps[i];
         lz_value *out = &p->values[s->out];

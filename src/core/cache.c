@@ -1,8 +1,8 @@
 #include "core/cache.h"
 
-#include <assert.h>
 #include <stdlib.h>
 
+#include "backend/fault.h"
 #include "core/settings.h"
 
 typedef struct entry {
@@ -51,6 +51,21 @@ lz_executable *lz_cache_find(const lz_graph *g)
     return NULL;
 }
 
+const lz_executable *lz_cache_nearest(const lz_graph *g, size_t *common)
+{
+    const lz_executable *best = NULL;
+    size_t best_len = 0;
+    /* most recently used first: it wins a tie */
+    for (const entry *e = lru_head; e; e = e->lru_next) {
+        const int64_t *a = e->exe->sig;
+        size_t n = e->exe->sig_len < g->sig_len ? e->exe->sig_len : g->sig_len, k = 0;
+        while (k < n && a[k] == g->sig[k]) k++;
+        if (!best || k > best_len) best = e->exe, best_len = k;
+    }
+    *common = best_len;
+    return best;
+}
+
 static void remove_entry(entry *e)
 {
     entry **pp = &buckets[e->exe->hash % NBUCKETS];
@@ -64,8 +79,8 @@ static void remove_entry(entry *e)
 
 void lz_cache_insert(lz_executable *exe)
 {
-    entry *e = calloc(1, sizeof *e);
-    assert(e);
+    entry *e = lz_host_calloc(1, sizeof *e);
+    if (!e) return;   /* out of memory: this graph runs uncached, compiles again next time */
     lz_executable_ref(exe);
     e->exe = exe;
     e->chain = buckets[exe->hash % NBUCKETS];

@@ -16,11 +16,11 @@
  * the function is then traced on every call. */
 #include "core/capture.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/metrics.h"
@@ -112,12 +112,15 @@ static int guard_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 
 static trace *new_trace(lz_fn *f, lz_tensor *const *in)
 {
-    trace *tr = calloc(1, sizeof *tr);
-    assert(tr);
-    tr->dtype = malloc((size_t)f->n_in + 1);
-    tr->ndim = malloc((size_t)f->n_in + 1);
-    tr->shape = malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
-    assert(tr->dtype && tr->ndim && tr->shape);
+    trace *tr = lz_host_calloc(1, sizeof *tr);
+    if (!tr) return NULL;
+    tr->dtype = lz_host_malloc((size_t)f->n_in + 1);
+    tr->ndim = lz_host_malloc((size_t)f->n_in + 1);
+    tr->shape = lz_host_malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
+    if (!tr->dtype || !tr->ndim || !tr->shape) {
+        free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr);
+        return NULL;
+    }
     for (int k = 0; k < f->n_in; k++) {
         tr->dtype[k] = in[k]->node->dtype;
         tr->ndim[k] = in[k]->node->ndim;
@@ -205,14 +208,17 @@ typedef struct snapshot {
 
 static uint32_t snapshot_epoch;
 
-static void take_snapshot(snapshot *s)
+static int take_snapshot(snapshot *s)
 {
     int n = 0;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) n++;
-    s->t = malloc(sizeof *s->t * (size_t)(n + 1));
-    s->buf = malloc(sizeof *s->buf * (size_t)(n + 1));
-    s->had_grad = malloc((size_t)n + 1);
-    assert(s->t && s->buf && s->had_grad);
+    s->t = lz_host_malloc(sizeof *s->t * (size_t)(n + 1));
+    s->buf = lz_host_malloc(sizeof *s->buf * (size_t)(n + 1));
+    s->had_grad = lz_host_malloc((size_t)n + 1);
+    if (!s->t || !s->buf || !s->had_grad) {
+        free(s->t); free(s->buf); free(s->had_grad);
+        return lz_errorf_int("lz_call: out of memory starting a trace");
+    }
     s->epoch = ++snapshot_epoch;
     s->n = 0;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) {
@@ -223,6 +229,7 @@ static void take_snapshot(snapshot *s)
         s->had_grad[s->n] = t->grad != NULL;
         s->n++;
     }
+    return 0;
 }
 
 static void drop_snapshot(snapshot *s)
@@ -292,9 +299,15 @@ static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node 
                        lz_tensor ***state, int *n_state)
 {
     int n_live = lz_live_count(), n_roots = 0, ns = 0;
-    *roots = malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
-    lz_tensor **st = malloc(sizeof *st * (size_t)(n_live + 1));
-    assert(*roots && st);
+    *roots = lz_host_malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
+    lz_tensor **st = lz_host_malloc(sizeof *st * (size_t)(n_live + 1));
+    if (!*roots || !st) {
+        free(*roots);
+        free(st);
+        *roots = NULL;
+        /* what the function recorded stays pending, for the next barrier */
+        return lz_errorf_int("lz_call: out of memory collecting the traced step's results");
+    }
     for (int j = 0; j < f->n_out; j++)
         if (!out[j]->node->buf) (*roots)[n_roots++] = out[j]->node;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
@@ -317,8 +330,8 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
             lz_mark_step();
         }
     }
-    snapshot s;
-    take_snapshot(&s);
+    snapshot s = {0};
+    if (take_snapshot(&s) != 0) return -1;   /* nothing recorded yet */
     tracing = f;
     break_reason = NULL;
     int rc = run_function(f, in, out);
@@ -337,11 +350,12 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         return rc;
     }
     if (!tr) tr = new_trace(f, in);
-    if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
-        tr->warmed_up = 1;
+    /* without memory for a trace, this call runs as a warm-up does: lazily */
+    if (!tr || (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out))) {
+        if (tr) tr->warmed_up = 1;
         lz_node **roots;
         int n_roots = trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        rc = n_roots ? lz_run_roots(roots, n_roots) : 0;
+        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : n_roots;
         free(roots);
         drop_snapshot(&s);
         if (rc != 0)
@@ -354,9 +368,23 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_tensor **state;
     int n_state;
     int n_roots = trace_roots(f, out, s.epoch, &roots, &state, &n_state);
+    if (n_roots < 0) {
+        drop_snapshot(&s);
+        for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+        return -1;
+    }
     double t0 = lz_now_ms();
     lz_graph g;
-    lz_graph_cut(&g, roots, n_roots);
+    if (lz_graph_cut(&g, roots, n_roots) != 0) {
+        /* no memory to capture it: this call runs as a lazy step */
+        rc = lz_run_roots(roots, n_roots);
+        free(roots);
+        free(state);
+        drop_snapshot(&s);
+        if (rc != 0)
+            for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
+        return rc;
+    }
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     free(roots);
@@ -367,7 +395,24 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                            "with the same input shapes; a captured function must record the same ops");
         lz_executable_unref(exe);
     }
+    /* the trace's tables, all or none, before the trace changes */
+    size_t ns1 = (size_t)n_state + 1, no1 = (size_t)g.n_outputs + 1;
+    binding *slots = rc ? NULL : lz_host_calloc((size_t)g.n_inputs + 1, sizeof *slots);
+    out_desc *outputs = rc ? NULL : lz_host_calloc(no1, sizeof *outputs);
+    binding *returned = rc ? NULL : lz_host_calloc((size_t)f->n_out + 1, sizeof *returned);
+    int *state_slot = rc ? NULL : lz_host_malloc(sizeof *state_slot * ns1);
+    lz_tensor **grad_of = rc ? NULL : lz_host_calloc(ns1, sizeof *grad_of);
+    int *keep = rc ? NULL : lz_host_malloc(sizeof *keep * no1);
+    char *bound = rc ? NULL : lz_host_calloc(ns1, 1), *donates = rc ? NULL : lz_host_calloc(ns1, 1);
+    if (rc == 0 && !(slots && outputs && returned && state_slot && grad_of && keep && bound && donates)) {
+        /* fails the roots as a failed compile does: nothing stays pending */
+        lz_errorf("lz_call: out of memory recording the capture");
+        rc = lz_execute_graph(&g, NULL);
+        lz_executable_unref(exe);
+    }
     if (rc != 0) {
+        free(slots); free(outputs); free(returned); free(state_slot); free(grad_of);
+        free(keep); free(bound); free(donates);
         lz_graph_release(&g);
         free(state);
         drop_snapshot(&s);
@@ -380,11 +425,11 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     exe->pinned++;
 
     tr->n_slots = g.n_inputs;
-    tr->slots = calloc((size_t)g.n_inputs + 1, sizeof *tr->slots);
+    tr->slots = slots;
     for (int i = 0; i < g.n_inputs; i++)
         tr->slots[i] = bind_leaf(f, in, &s, state, n_state, g.inputs[i]->buf);
     tr->n_outputs = g.n_outputs;
-    tr->outputs = calloc((size_t)g.n_outputs + 1, sizeof *tr->outputs);
+    tr->outputs = outputs;
     for (int o = 0; o < g.n_outputs; o++) {
         const lz_node *n = g.outputs[o];
         out_desc *d = &tr->outputs[o];
@@ -393,15 +438,15 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         memcpy(d->shape, n->shape, sizeof d->shape);
         d->nbytes = (size_t)lz_node_numel(n) * lz_dtype_size((lz_dtype)n->dtype);
     }
-    tr->returned = calloc((size_t)f->n_out + 1, sizeof *tr->returned);
+    tr->returned = returned;
     for (int j = 0; j < f->n_out; j++) {
         if (!out[j]->node->buf) tr->returned[j] = (binding){.kind = -1, .index = output_slot(&g, out[j]->node)};
         else tr->returned[j] = bind_leaf(f, in, &s, NULL, 0, out[j]->node->buf);
     }
     tr->n_state = n_state;
     tr->state = state;
-    tr->state_slot = malloc(sizeof *tr->state_slot * (size_t)(n_state + 1));
-    tr->grad_of = calloc((size_t)n_state + 1, sizeof *tr->grad_of);
+    tr->state_slot = state_slot;
+    tr->grad_of = grad_of;
     for (int i = 0; i < n_state; i++) {
         lz_tensor_ref(state[i]);
         tr->state_slot[i] = output_slot(&g, state[i]->node);
@@ -415,10 +460,8 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
             }
     }
     /* a failed replay leaves each state tensor at the value it read */
-    tr->keep = malloc(sizeof *tr->keep * (size_t)(g.n_outputs + 1));
-    assert(tr->keep);
-    tr->bound = calloc((size_t)n_state + 1, 1);
-    assert(tr->bound);
+    tr->keep = keep;
+    tr->bound = bound;
     for (int o = 0; o < g.n_outputs; o++) tr->keep[o] = -1;
     for (int i = 0; i < n_state; i++)
         for (int k = 0; k < tr->n_slots; k++)
@@ -426,8 +469,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                 tr->bound[i] = 1;
                 if (tr->state_slot[i] >= 0) tr->keep[tr->state_slot[i]] = k;
             }
-    tr->donates = calloc((size_t)n_state + 1, 1);
-    assert(tr->donates);
+    tr->donates = donates;
     for (int i = 0; i < n_state && exe; i++) {
         int o = tr->state_slot[i];
         tr->donates[i] = o >= 0 && tr->keep[o] >= 0 &&
@@ -503,14 +545,22 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     lz_buffer *out_small[64], **outb = out_small;
     if (tr->n_slots > 64) inb = malloc(sizeof *inb * (size_t)tr->n_slots);
     if (tr->n_outputs > 64) outb = malloc(sizeof *outb * (size_t)tr->n_outputs);
+    if (!inb || !outb) {
+        if (inb != in_small) free(inb);
+        if (outb != out_small) free(outb);
+        return lz_errorf_int("lz_call: out of memory starting a replay");
+    }
     for (int i = 0; i < tr->n_slots; i++) {
         const binding *b = &tr->slots[i];
         inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
                : b->kind == SRC_TENSOR ? b->t->node->buf : b->buf;
     }
     char reuse_small[64], *reuse = reuse_small;
-    if (tr->n_outputs > 64) reuse = malloc((size_t)tr->n_outputs);
-    assert(reuse);
+    if (tr->n_outputs > 64 && !(reuse = lz_host_malloc((size_t)tr->n_outputs))) {
+        if (inb != in_small) free(inb);
+        if (outb != out_small) free(outb);
+        return lz_errorf_int("lz_call: out of memory starting a replay");
+    }
     memset(reuse, 0, (size_t)tr->n_outputs);
     for (int o = 0; o < tr->n_outputs; o++) outb[o] = NULL;
     for (int i = 0; i < tr->n_state; i++) {
@@ -525,6 +575,38 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
         if (!outb[o]) rc = -1;
     }
+    /* the results' handles and the state's new nodes too, before anything
+       is enqueued: a failure to make one leaves nothing half-updated */
+    lz_node *state_small[64], **state_nodes = state_small;
+    if (rc == 0 && tr->n_state > 64 && !(state_nodes = lz_host_malloc(sizeof *state_nodes * (size_t)tr->n_state)))
+        rc = lz_errorf_int("lz_call: out of memory starting a replay");
+    int made_out = 0, made_state = 0;
+    for (; rc == 0 && made_out < f->n_out; made_out++) {
+        int j = made_out;
+        const binding *b = &tr->returned[j];
+        if (b->kind == SRC_INPUT) {
+            out[j] = lz_retain(in[b->index]);
+            if (lz_scope_register(out[j]) != 0) { lz_tensor_unref(out[j]); rc = -1; break; }
+            continue;
+        }
+        lz_buffer *buf = b->kind == SRC_TENSOR ? b->t->node->buf : b->kind == SRC_CONST ? b->buf : outb[b->index];
+        const out_desc *d = b->kind < 0 ? &tr->outputs[b->index] : NULL;
+        const lz_node *like = b->kind == SRC_TENSOR ? b->t->node : NULL;
+        lz_node *n = d ? lz_node_new_data(buf, (lz_dtype)d->dtype, d->ndim, d->shape)
+                   : like ? lz_node_new_data(buf, (lz_dtype)like->dtype, like->ndim, like->shape)
+                          : lz_node_new_data(buf, LZ_F32, 0, NULL);
+        if (!(out[j] = lz_tensor_wrap(n))) { rc = -1; break; }
+    }
+    for (; rc == 0 && made_state < tr->n_state; made_state++) {
+        const out_desc *d = &tr->outputs[tr->state_slot[made_state]];
+        state_nodes[made_state] = lz_node_new_data(outb[tr->state_slot[made_state]], (lz_dtype)d->dtype,
+                                                   d->ndim, d->shape);
+        if (!state_nodes[made_state]) { rc = -1; break; }
+    }
+    if (rc != 0) {
+        for (int j = 0; j < made_out; j++) lz_free(out[j]);
+        for (int i = 0; i < made_state; i++) lz_node_unref(state_nodes[i]);
+    }
     if (rc == 0) {
         for (int o = 0; o < tr->n_outputs; o++)
             if (reuse[o]) {
@@ -537,20 +619,8 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         lz_counters.flops += tr->exe->prog.flops;
         lz_counters.kernels += tr->exe->prog.n_steps;
         lz_counters.capture_replays++;
-        for (int j = 0; j < f->n_out; j++) {
-            const binding *b = &tr->returned[j];
-            if (b->kind == SRC_INPUT) { out[j] = lz_retain(in[b->index]); lz_scope_register(out[j]); continue; }
-            lz_buffer *buf = b->kind == SRC_TENSOR ? b->t->node->buf : b->kind == SRC_CONST ? b->buf : outb[b->index];
-            const out_desc *d = b->kind < 0 ? &tr->outputs[b->index] : NULL;
-            const lz_node *like = b->kind == SRC_TENSOR ? b->t->node : NULL;
-            lz_node *n = d ? lz_node_new_data(buf, (lz_dtype)d->dtype, d->ndim, d->shape)
-                       : like ? lz_node_new_data(buf, (lz_dtype)like->dtype, like->ndim, like->shape)
-                              : lz_node_new_data(buf, LZ_F32, 0, NULL);
-            out[j] = lz_tensor_wrap(n);
-        }
         for (int i = 0; i < tr->n_state; i++) {
-            const out_desc *d = &tr->outputs[tr->state_slot[i]];
-            lz_tensor_set_node(tr->state[i], lz_node_new_data(outb[tr->state_slot[i]], (lz_dtype)d->dtype, d->ndim, d->shape));
+            lz_tensor_set_node(tr->state[i], state_nodes[i]);
             lz_tensor *leaf = tr->grad_of[i];
             if (leaf && leaf->grad != tr->state[i]) {
                 if (leaf->grad) lz_tensor_unref(leaf->grad);
@@ -564,6 +634,7 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     if (reuse != reuse_small) free(reuse);
     if (inb != in_small) free(inb);
     if (outb != out_small) free(outb);
+    if (state_nodes != state_small) free(state_nodes);
     if (rc != 0) {
         /* nothing enqueued: the state was not touched and keeps its values */
         for (int j = 0; j < f->n_out; j++) out[j] = NULL;

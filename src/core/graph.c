@@ -1,22 +1,28 @@
 #include "core/graph.h"
 
-#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
+#include "core/error.h"
 #include "runtime/buffer.h"
 
 static uint32_t epoch;
+
+/* Out of memory, a push is dropped and counted in *failed: the cut then
+   fails as a whole. */
+static int failed;
 
 typedef struct vec { void **v; int n, cap; } vec;
 
 static void vec_push(vec *a, void *p)
 {
     if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 64;
-        a->v = realloc(a->v, sizeof *a->v * (size_t)a->cap);
-        assert(a->v);
+        int cap = a->cap ? a->cap * 2 : 64;
+        void **v = lz_host_realloc(a->v, sizeof *a->v * (size_t)cap);
+        if (!v) { failed = 1; return; }
+        a->v = v, a->cap = cap;
     }
     a->v[a->n++] = p;
 }
@@ -26,9 +32,10 @@ typedef struct sigbuf { int64_t *v; size_t n, cap; } sigbuf;
 static void sig_push(sigbuf *s, int64_t x)
 {
     if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 256;
-        s->v = realloc(s->v, sizeof *s->v * s->cap);
-        assert(s->v);
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        int64_t *v = lz_host_realloc(s->v, sizeof *s->v * cap);
+        if (!v) { failed = 1; return; }
+        s->v = v, s->cap = cap;
     }
     s->v[s->n++] = x;
 }
@@ -43,9 +50,10 @@ static void sig_shape(sigbuf *s, const lz_node *n)
 /* A node counts as a leaf of this graph when it holds data. */
 static int is_leaf(const lz_node *n) { return n->buf != NULL; }
 
-void lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots)
+int lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots)
 {
     memset(g, 0, sizeof *g);
+    failed = 0;
     uint32_t ep = ++epoch;
     vec order = {0}, inputs = {0}, outputs = {0}, stack = {0}, slots = {0};
     sigbuf sig = {0};
@@ -57,7 +65,7 @@ void lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots)
         /* iterative post-order: a node is pushed twice, the second time
            (marked by a negative cut_index) to emit it */
         if (root->cut_epoch != ep) vec_push(&stack, root);
-        while (stack.n) {
+        while (stack.n && !failed) {
             lz_node *n = stack.v[stack.n - 1];
             if (n->cut_epoch != ep) {
                 n->cut_epoch = ep;
@@ -115,9 +123,16 @@ void lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots)
         h = lz_hash_mix(h, (uint64_t)roots[r]->cut_index);
     }
     free(stack.v);
+    g->slot_of = failed ? NULL : lz_host_malloc(sizeof *g->slot_of * (size_t)(order.n ? order.n : 1));
+    if (!g->slot_of) {
+        free(order.v);
+        free(inputs.v);
+        free(outputs.v);
+        free(slots.v);
+        free(sig.v);
+        return lz_errorf_int("out of memory cutting a graph (%d nodes so far)", order.n);
+    }
     g->n_nodes = order.n;
-    g->slot_of = malloc(sizeof *g->slot_of * (size_t)(order.n ? order.n : 1));
-    assert(g->slot_of);
     for (int i = 0; i < order.n; i++) g->slot_of[i] = (int)(intptr_t)slots.v[i];
     free(slots.v);
     g->nodes = (lz_node **)order.v;
@@ -128,6 +143,7 @@ void lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots)
     g->hash = lz_hash_mix(h, (uint64_t)sig.n);
     g->sig = sig.v;
     g->sig_len = sig.n;
+    return 0;
 }
 
 void lz_graph_release(lz_graph *g)

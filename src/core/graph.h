@@ -21,8 +21,9 @@ typedef struct lz_graph {
 } lz_graph;
 
 /* Cuts the graph of roots (pending nodes). Takes no references: the caller
-   keeps the roots alive until the graph is released. */
-void lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots);
+   keeps the roots alive until the graph is released. 0, or -1 and an error
+   when out of memory (g is then empty: nothing to release). */
+int  lz_graph_cut(lz_graph *g, lz_node *const *roots, int n_roots);
 void lz_graph_release(lz_graph *g);
 /* 1 if a and b have the same structure. */
 int  lz_graph_same(const int64_t *sig_a, size_t len_a, const int64_t *sig_b, size_t len_b);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
+#include "core/error.h"
 #include "core/metrics.h"
 #include "runtime/buffer.h"
 
@@ -31,8 +33,8 @@ uint64_t lz_node_leaf_hash(const lz_node *n)
 
 static lz_node *node_alloc(int n_src)
 {
-    lz_node *n = calloc(1, sizeof *n + sizeof(lz_node *) * (size_t)n_src);
-    assert(n);
+    lz_node *n = lz_host_calloc(1, sizeof *n + sizeof(lz_node *) * (size_t)n_src);
+    if (!n) return lz_errorf("out of memory recording an IR node");
     n->refs = 1;
     n->n_src = n_src;
     n->cut_index = -1;
@@ -51,6 +53,7 @@ lz_node *lz_node_new(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
                      int n_src, lz_node *const *src, const lz_attrs *attrs)
 {
     lz_node *n = node_alloc(n_src);
+    if (!n) return NULL;
     n->op = (uint16_t)op;
     set_shape(n, dtype, ndim, shape);
     uint64_t h = hash_shape(lz_hash_mix(0, op), n);
@@ -82,6 +85,7 @@ lz_node *lz_node_new(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
 lz_node *lz_node_new_data(lz_buffer *buf, lz_dtype dtype, int ndim, const int64_t *shape)
 {
     lz_node *n = node_alloc(0);
+    if (!n) return NULL;
     n->op = LZ_OP_LEAF;
     set_shape(n, dtype, ndim, shape);
     n->buf = buf;
@@ -104,8 +108,13 @@ void lz_node_unref(lz_node *n)
         for (int i = 0; i < x->n_src; i++) {
             if (!x->src[i]) continue;
             if (top == cap) {
-                lz_node **bigger = malloc(sizeof *bigger * (size_t)cap * 2);
-                assert(bigger);
+                lz_node **bigger = lz_host_malloc(sizeof *bigger * (size_t)cap * 2);
+                if (!bigger) {
+                    /* out of memory: this one source by recursion, which
+                       nests only as deep as allocations keep failing */
+                    lz_node_unref(x->src[i]);
+                    continue;
+                }
                 memcpy(bigger, stack, sizeof *stack * (size_t)top);
                 if (stack != stack_small) free(stack);
                 stack = bigger;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "backend/memory.h"
+#include "core/explain.h"
 #include "core/thread.h"
 
 lz_metrics lz_counters;
@@ -44,6 +45,7 @@ void lz_metrics_reset(void)
     if (lz_owner_check("lz_metrics_reset")) return;
     lz_metrics zero = {0};
     lz_counters = zero;
+    lz_compile_causes_reset();
     pthread_mutex_lock(&execute_mu);
     execute_ms = 0;
     pthread_mutex_unlock(&execute_mu);
@@ -54,9 +56,10 @@ char *lz_metrics_report(void)
 {
     if (lz_owner_check("lz_metrics_report")) return NULL;
     lz_metrics m = lz_metrics_get();
-    char *s = malloc(2048);
+    enum { CAP = 4096 };
+    char *s = malloc(CAP);
     if (!s) return NULL;
-    snprintf(s, 2048,
+    int k = snprintf(s, CAP,
              "lazyc metrics\n"
              "  mark_steps            %lld\n"
              "  graphs                %lld\n"
@@ -84,5 +87,20 @@ char *lz_metrics_report(void)
              (long long)m.capture_fallbacks, (long long)m.peak_bytes,
              m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms, m.flops,
              (long long)m.kernels, (long long)m.in_place_writes);
+    /* why the compiles above happened, most frequent first */
+    k += snprintf(s + k, CAP - (size_t)k, "  compile causes       ");
+    int done[LZ_CAUSE_COUNT] = {0}, listed = 0;
+    for (;;) {
+        int top = -1;
+        for (int c = 0; c < LZ_CAUSE_COUNT; c++)
+            if (!done[c] && lz_compile_cause_count(c) > 0 &&
+                (top < 0 || lz_compile_cause_count(c) > lz_compile_cause_count(top)))
+                top = c;
+        if (top < 0 || k >= CAP) break;
+        done[top] = 1;
+        k += snprintf(s + k, CAP - (size_t)k, "%s %s %lld", listed++ ? "," : "",
+                      lz_compile_cause_name(top), lz_compile_cause_count(top));
+    }
+    if (k < CAP) snprintf(s + k, CAP - (size_t)k, "%s\n", listed ? "" : " none");
     return s;
 }

@@ -1,8 +1,9 @@
 /* Scopes: a training step makes hundreds of intermediate handles; a scope
  * drops every one it made at its end, except those kept. */
-#include <assert.h>
 #include <stdlib.h>
 
+#include "backend/fault.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread.h"
 
@@ -13,39 +14,55 @@ typedef struct scope {
 
 static scope *scopes;
 static int depth, depth_cap;
+static int failed_begins;    /* begins that found no memory: their ends close nothing */
 
 void lz_scope_begin(void)
 {
     if (lz_owner_check("lz_scope_begin")) return;
     if (depth == depth_cap) {
         depth_cap = depth_cap ? depth_cap * 2 : 8;
-        scopes = realloc(scopes, sizeof *scopes * (size_t)depth_cap);
-        assert(scopes);
+        scope *bigger = lz_host_realloc(scopes, sizeof *scopes * (size_t)depth_cap);
+        if (!bigger) {
+            /* the matching lz_scope_end closes nothing; what is made in
+               between belongs to the enclosing scope, if any */
+            depth_cap = depth;
+            failed_begins++;
+            lz_errorf("lz_scope_begin: out of memory");
+            return;
+        }
+        scopes = bigger;
     }
     scopes[depth++] = (scope){0};
 }
 
-static void scope_push(scope *s, lz_tensor *t)
+static int scope_push(scope *s, lz_tensor *t)
 {
     if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 64;
-        s->items = realloc(s->items, sizeof *s->items * (size_t)s->cap);
-        assert(s->items);
+        int cap = s->cap ? s->cap * 2 : 64;
+        lz_tensor **items = lz_host_realloc(s->items, sizeof *s->items * (size_t)cap);
+        if (!items) return lz_errorf_int("out of memory registering a tensor in its scope");
+        s->items = items, s->cap = cap;
     }
     s->items[s->n++] = t;
     lz_tensor_ref(t);
+    return 0;
 }
 
-void lz_scope_register(lz_tensor *t)
+int lz_scope_register(lz_tensor *t)
 {
-    if (!depth) return;
+    if (!depth) return 0;
     t->scope_level = depth;
-    scope_push(&scopes[depth - 1], t);
+    return scope_push(&scopes[depth - 1], t);
 }
 
 void lz_scope_end(void)
 {
-    if (lz_owner_check("lz_scope_end") || !depth) return;
+    if (lz_owner_check("lz_scope_end")) return;
+    if (failed_begins) {
+        failed_begins--;
+        return;
+    }
+    if (!depth) return;
     scope s = scopes[--depth];
     for (int i = 0; i < s.n; i++) {
         lz_tensor *t = s.items[i];
@@ -91,4 +108,5 @@ void lz_scope_shutdown(void)
     free(scopes);
     scopes = NULL;
     depth_cap = 0;
+    failed_begins = 0;
 }

@@ -29,6 +29,7 @@
     X(POOL_MIB,       INT,    "4096", 0, INT32_MAX, NULL, "MiB of freed device buffers kept for reuse (0: keep none)") \
     X(FAULT_ALLOC,    INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th device allocation (0: never)") \
     X(FAULT_KERNEL,   INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th kernel call (0: never)") \
+    X(FAULT_HOST,     INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th checked host allocation (0: never)") \
     X(TORCH_PYTHON,   TEXT,   "/usr/bin/python3", 0, 0, NULL, "lazyc bench: the Python interpreter that runs the PyTorch reference") \
     X(BENCH_TORCH_SCRIPT, TEXT, "", 0, 0, NULL, "lazyc bench: path of torch_reference.py (empty: found next to the program)") \
     X(TORCH_OMP_WAIT_POLICY, TEXT, "", 0, 0, NULL, "lazyc bench: OMP_WAIT_POLICY for the PyTorch reference (empty: its default)")

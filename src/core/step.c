@@ -9,6 +9,7 @@
 #include "core/cache.h"
 #include "core/capture.h"
 #include "core/error.h"
+#include "core/explain.h"
 #include "core/graph.h"
 #include "core/metrics.h"
 #include "core/settings.h"
@@ -32,10 +33,12 @@ int lz_is_eager(void)
 lz_executable *lz_find_or_compile(const lz_graph *g)
 {
     lz_executable *exe = lz_cache_find(g);
+    lz_explain_barrier(!exe);
     if (exe) {
         lz_counters.cache_hits++;
         return exe;
     }
+    lz_explain_miss(g);   /* before the insert: the nearest graph is another one */
     double t0 = lz_now_ms();
     exe = lz_compile(g);
     lz_counters.compile_ms += lz_now_ms() - t0;
@@ -169,6 +172,15 @@ static int execute_graph(const lz_graph *g, lz_executable *exe, int full_step)
     lz_buffer *out_small[64], **out = out_small;
     if (g->n_inputs > 64) in = malloc(sizeof *in * (size_t)g->n_inputs);
     if (g->n_outputs > 64) out = malloc(sizeof *out * (size_t)g->n_outputs);
+    if (!in || !out) {
+        if (in != in_small) free(in);
+        if (out != out_small) free(out);
+        lz_errorf("out of memory starting a step of %d outputs", g->n_outputs);
+        fail_outputs(g, keep);
+        free(keep);
+        free(donated);
+        return -1;
+    }
     for (int i = 0; i < g->n_inputs; i++) in[i] = g->inputs[i]->buf;
     int rc = 0, made = 0;
     for (; made < g->n_outputs; made++) {
@@ -214,7 +226,8 @@ static int run_roots(lz_node *const *roots, int n, int full_step)
 {
     double t0 = lz_now_ms();
     lz_graph g;
-    lz_graph_cut(&g, roots, n);
+    /* out of memory: the roots stay pending, for the next barrier */
+    if (lz_graph_cut(&g, roots, n) != 0) return -1;
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     lz_executable *exe = lz_find_or_compile(&g);

@@ -1,11 +1,11 @@
 /* Tensor handles and the live registry (tensors with pending IR). */
 #include "core/tensor.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
+#include "backend/fault.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/step.h"
@@ -52,15 +52,22 @@ void lz_live_prune(void)
 
 lz_tensor *lz_tensor_wrap(lz_node *node)
 {
-    lz_tensor *t = calloc(1, sizeof *t);
-    assert(t);
+    if (!node) return NULL;   /* its allocation failed and said so */
+    lz_tensor *t = lz_host_calloc(1, sizeof *t);
+    if (!t) {
+        lz_node_unref(node);
+        return lz_errorf("out of memory making a tensor handle");
+    }
     t->refs = 1;
     t->node = node;
     t->all_next = all_head;
     if (all_head) all_head->all_prev = t;
     all_head = t;
     if (!node->buf) live_add(t);
-    lz_scope_register(t);
+    if (lz_scope_register(t) != 0) {
+        lz_tensor_unref(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -168,7 +175,8 @@ lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
     }
     double t0 = lz_now_ms();
     lz_node *srcs_small[8], **srcs = srcs_small;
-    if (n_in > 8) srcs = malloc(sizeof *srcs * (size_t)n_in);
+    if (n_in > 8 && !(srcs = malloc(sizeof *srcs * (size_t)n_in)))
+        return lz_errorf("lz_%s: out of memory", lz_op_name(op));
     for (int i = 0; i < n_in; i++) srcs[i] = in[i]->node;
     lz_node *node = lz_node_new(op, dtype, ndim, shape, n_in, srcs, attrs);
     if (srcs != srcs_small) free(srcs);

@@ -35,7 +35,8 @@ struct lz_tensor {
 };
 
 /* Wraps node (takes over the caller's reference) in a new handle, registers
-   it in the current scope and, if pending, in the live registry. */
+   it in the current scope and, if pending, in the live registry. NULL (the
+   reference dropped, an error set) when out of memory or node is NULL. */
 lz_tensor *lz_tensor_wrap(lz_node *node);
 /* Points t at node (takes over the caller's reference). */
 void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
@@ -49,7 +50,8 @@ lz_tensor *lz_live_first(void);
 lz_tensor *lz_all_first(void);
 
 /* Scopes (core/scope.c). */
-void       lz_scope_register(lz_tensor *t);
+/* 0, or -1 and an error when out of memory (t is not registered). */
+int        lz_scope_register(lz_tensor *t);
 /* If the innermost scope owns t's creation handle, hands it to the caller
    (the scope will not drop it). */
 void       lz_scope_release(lz_tensor *t);

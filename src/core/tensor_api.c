@@ -160,6 +160,7 @@ int lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes)
     lz_counters.transfers_to_device++;
     lz_node *n = lz_node_new_data(b, (lz_dtype)t->node->dtype, t->node->ndim, t->node->shape);
     lz_buffer_unref(b);
+    if (!n) return -1;
     lz_tensor_set_node(t, n);
     return 0;
 }

@@ -43,10 +43,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lazyc.h"
 #include "core/error.h"
 #include "core/thread.h"
+#include "nn/optim_opts.h"
 
 /* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and
    1 - exp(-80) rounds to 1. */
@@ -99,15 +101,18 @@ static int bad_value(float x)
 static int check_opts(lz_adamw_opts o)
 {
     if (bad_value(o.lr) || o.lr < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid learning rate %g", (double)o.lr);
+        return lz_errorf_int("lz_adamw_new: invalid learning rate (lr) %g: must be finite and >= 0",
+                             (double)o.lr);
     if (bad_value(o.eps) || o.eps < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid epsilon value %g", (double)o.eps);
+        return lz_errorf_int("lz_adamw_new: invalid epsilon value (eps) %g: must be finite and >= 0",
+                             (double)o.eps);
     if (isnan(o.beta1) || o.beta1 < 0.0f || o.beta1 >= 1.0f)
         return lz_errorf_int("lz_adamw_new: invalid beta1 %g: must be in [0, 1)", (double)o.beta1);
     if (isnan(o.beta2) || o.beta2 < 0.0f || o.beta2 >= 1.0f)
         return lz_errorf_int("lz_adamw_new: invalid beta2 %g: must be in [0, 1)", (double)o.beta2);
     if (bad_value(o.weight_decay) || o.weight_decay < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid weight_decay %g", (double)o.weight_decay);
+        return lz_errorf_int("lz_adamw_new: invalid weight_decay %g: must be finite and >= 0",
+                             (double)o.weight_decay);
     if (o.decoupled != 0 && o.decoupled != 1)
         return lz_errorf_int("lz_adamw_new: decoupled is %d, expected 0 (Adam) or 1 (AdamW)",
                              o.decoupled);
@@ -139,20 +144,14 @@ static int make_state(lz_adamw *opt)
 
 lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts o)
 {
-    if (n < 0)
-        return lz_errorf("lz_adamw_new: negative parameter count %d", n);
-    if (n > 0 && !params)
-        return lz_errorf("lz_adamw_new: %d parameters given with a NULL array", n);
-    for (int i = 0; i < n; i++) {
-        if (!params[i])
-            return lz_errorf("lz_adamw_new: parameter %d is NULL", i);
-        if (lz_tensor_dtype(params[i]) != LZ_F32)
-            return lz_errorf("lz_adamw_new: parameter %d is %s, expected f32", i,
-                             lz_dtype_name(lz_tensor_dtype(params[i])));
-        for (int j = 0; j < i; j++)
-            if (params[j] == params[i])
-                return lz_errorf("lz_adamw_new: parameter %d is parameter %d again", i, j);
-    }
+    if (lz_optim_check_params("lz_adamw_new", params, n))
+        return NULL;
+    /* zero fields: torch's defaults; weight_decay 0 stays none (see lazyc.h) */
+    o.lr = lz_opt_or(o.lr, 1e-3f);
+    o.beta1 = lz_opt_or(o.beta1, 0.9f);
+    o.beta2 = lz_opt_or(o.beta2, 0.999f);
+    o.eps = lz_opt_or(o.eps, 1e-8f);
+    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
     if (check_opts(o) != 0)
         return NULL;
 
@@ -282,6 +281,14 @@ int lz_adamw_step(lz_adamw *opt)
         return lz_errorf_int("lz_adamw_step: optimizer is NULL");
     if (lz_owner_check("lz_adamw_step"))
         return -1;
+    lz_optim_undo undo;
+    lz_tensor **const touched[4] = {opt->params, opt->m, opt->v, opt->steps};
+    if (lz_optim_undo_begin(&undo, "lz_adamw_step", touched, 4, opt->n, NULL) != 0)
+        return -1;
+    int64_t *taken = malloc(sizeof *taken * (size_t)(opt->n + 1));
+    if (!taken)
+        return lz_optim_undo_end(&undo, lz_errorf_int("lz_adamw_step: out of memory"));
+    memcpy(taken, opt->taken, sizeof *taken * (size_t)opt->n);
     int rc = 0;
     lz_no_grad_begin();
     lz_scope_begin();
@@ -298,7 +305,10 @@ int lz_adamw_step(lz_adamw *opt)
             rc = step_group(opt, i, decay);
     lz_scope_end();
     lz_no_grad_end();
-    return rc;
+    if (rc != 0)   /* the counts go back with the tensors */
+        memcpy(opt->taken, taken, sizeof *taken * (size_t)opt->n);
+    free(taken);
+    return lz_optim_undo_end(&undo, rc);
 }
 
 /* torch's state names: exp_avg, exp_avg_sq and step, per parameter. The

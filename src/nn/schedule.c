@@ -6,13 +6,15 @@
 
 #include "lazyc.h"
 #include "core/error.h"
+#include "nn/optim_opts.h"
 
 static int bad_rate(float x)
 {
     return isnan(x) || isinf(x) || x < 0.0f;
 }
 
-/* base_lr * gamma^(step / step_size), integer division as torch's //. */
+/* base_lr * gamma^(step / step_size), integer division as torch's //;
+   gamma 0 is torch's default 0.1. */
 float lz_lr_step(float base_lr, int step, int step_size, float gamma)
 {
     if (bad_rate(base_lr)) {
@@ -27,6 +29,7 @@ float lz_lr_step(float base_lr, int step, int step_size, float gamma)
         lz_errorf("lz_lr_step: step_size %d must be positive", step_size);
         return NAN;
     }
+    gamma = lz_opt_or(gamma, 0.1f);   /* torch's StepLR default */
     if (isnan(gamma) || isinf(gamma) || gamma < 0.0f) {
         lz_errorf("lz_lr_step: invalid gamma %g", (double)gamma);
         return NAN;
@@ -50,6 +53,7 @@ float lz_lr_cosine(float base_lr, int step, int t_max, float eta_min)
         lz_errorf("lz_lr_cosine: t_max %d must be positive", t_max);
         return NAN;
     }
+    eta_min = lz_opt_or(eta_min, 0.0f);
     if (bad_rate(eta_min)) {
         lz_errorf("lz_lr_cosine: invalid eta_min %g", (double)eta_min);
         return NAN;

@@ -32,6 +32,7 @@
 #include "lazyc.h"
 #include "core/error.h"
 #include "core/thread.h"
+#include "nn/optim_opts.h"
 
 struct lz_sgd {
     int n;
@@ -97,30 +98,27 @@ static int make_buffers(lz_sgd *opt)
 
 lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
 {
-    if (n < 0)
-        return lz_errorf("lz_sgd_new: negative parameter count %d", n);
-    if (n > 0 && !params)
-        return lz_errorf("lz_sgd_new: %d parameters given with a NULL array", n);
-    for (int i = 0; i < n; i++) {
-        if (!params[i])
-            return lz_errorf("lz_sgd_new: parameter %d is NULL", i);
-        if (lz_tensor_dtype(params[i]) != LZ_F32)
-            return lz_errorf("lz_sgd_new: parameter %d is %s, expected f32", i,
-                             lz_dtype_name(lz_tensor_dtype(params[i])));
-        /* twice in the list would be updated twice per step */
-        for (int j = 0; j < i; j++)
-            if (params[j] == params[i])
-                return lz_errorf("lz_sgd_new: parameter %d is parameter %d again", i, j);
-    }
+    if (lz_optim_check_params("lz_sgd_new", params, n))
+        return NULL;
+    /* zero fields: torch's defaults (lr 1e-3 as torch >= 2.0; the rest are 0) */
+    o.lr = lz_opt_or(o.lr, 1e-3f);
+    o.momentum = lz_opt_or(o.momentum, 0.0f);
+    o.dampening = lz_opt_or(o.dampening, 0.0f);
+    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
     /* The same checks as torch.optim.SGD's constructor. */
     if (!(o.lr >= 0.0f) || isinf(o.lr))
-        return lz_errorf("lz_sgd_new: invalid learning rate %g", (double)o.lr);
+        return lz_errorf("lz_sgd_new: invalid learning rate (lr) %g: must be finite and >= 0",
+                         (double)o.lr);
     if (!(o.momentum >= 0.0f) || isinf(o.momentum))
-        return lz_errorf("lz_sgd_new: invalid momentum %g", (double)o.momentum);
+        return lz_errorf("lz_sgd_new: invalid momentum %g: must be finite and >= 0",
+                         (double)o.momentum);
     if (!(o.weight_decay >= 0.0f) || isinf(o.weight_decay))
-        return lz_errorf("lz_sgd_new: invalid weight_decay %g", (double)o.weight_decay);
+        return lz_errorf("lz_sgd_new: invalid weight_decay %g: must be finite and >= 0",
+                         (double)o.weight_decay);
     if (isnan(o.dampening) || isinf(o.dampening))
-        return lz_errorf("lz_sgd_new: invalid dampening %g", (double)o.dampening);
+        return lz_errorf("lz_sgd_new: invalid dampening %g: must be finite", (double)o.dampening);
+    if (o.nesterov != 0 && o.nesterov != 1)
+        return lz_errorf("lz_sgd_new: nesterov is %d, expected 0 or 1", o.nesterov);
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
         return lz_errorf("lz_sgd_new: nesterov momentum requires a momentum and zero "
                          "dampening (momentum %g, dampening %g)",
@@ -215,6 +213,10 @@ int lz_sgd_step(lz_sgd *opt)
         return lz_errorf_int("lz_sgd_step: optimizer is NULL");
     if (lz_owner_check("lz_sgd_step"))
         return -1;
+    lz_optim_undo undo;
+    lz_tensor **const touched[2] = {opt->params, opt->bufs};
+    if (lz_optim_undo_begin(&undo, "lz_sgd_step", touched, 2, opt->n, opt->started) != 0)
+        return -1;
     int rc = 0;
     lz_no_grad_begin();
     lz_scope_begin();
@@ -225,7 +227,7 @@ int lz_sgd_step(lz_sgd *opt)
         rc = lz_assign(opt->started, opt->on);
     lz_scope_end();
     lz_no_grad_end();
-    return rc;
+    return lz_optim_undo_end(&undo, rc);
 }
 
 int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix)

@@ -1,11 +1,11 @@
 #include "runtime/executor.h"
 
-#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "core/error.h"
 #include "core/metrics.h"
 
@@ -14,6 +14,7 @@ typedef struct job {
     lz_buffer **in, **out;
     int *keep;               /* per output: input slot it falls back to, or -1; may be NULL */
     struct job *next;
+    int inline_run;          /* on the recording thread's stack: nothing to free */
 } job;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -125,6 +126,7 @@ static void run_job(job *j)
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&mu);
     free(err);
+    if (j->inline_run) return;
     free(j->in);
     free(j->out);
     free(j->keep);
@@ -154,29 +156,50 @@ static void *executor_main(void *arg)
    the OpenMP team it leads are released with it. */
 static void start_executor(void)
 {
-    int rc = pthread_create(&thread, NULL, executor_main, NULL);
-    assert(rc == 0);
-    (void)rc;
-    running = 1;
+    running = pthread_create(&thread, NULL, executor_main, NULL) == 0;
+}
+
+/* Without memory for a job (or a thread to run it), the execution runs
+   here, after those in flight: slower, never lost. */
+static void run_inline(lz_executable *exe, lz_buffer *const *in, lz_buffer *const *out,
+                       const int *keep)
+{
+    const lz_program *p = &exe->prog;
+    pthread_mutex_lock(&mu);
+    while (in_flight) pthread_cond_wait(&done_cv, &mu);
+    pthread_mutex_unlock(&mu);
+    job j = {.exe = exe, .in = (lz_buffer **)in, .out = (lz_buffer **)out, .keep = (int *)keep,
+             .inline_run = 1};
+    for (int i = 0; i < p->n_inputs; i++) job_ref(in[i]);
+    for (int o = 0; o < p->n_outputs; o++) job_ref(out[o]);
+    lz_executable_ref(exe);
+    enqueued_since_wait = 1;
+    pthread_mutex_lock(&mu);
+    for (int o = 0; o < p->n_outputs; o++) out[o]->writes_pending++;
+    in_flight++;
+    pthread_mutex_unlock(&mu);
+    run_job(&j);
 }
 
 void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *const *out,
                          const int *keep)
 {
     if (!running) start_executor();
-    job *j = calloc(1, sizeof *j);
-    assert(j);
     const lz_program *p = &exe->prog;
-    j->in = malloc(sizeof *j->in * (size_t)(p->n_inputs + 1));
-    j->out = malloc(sizeof *j->out * (size_t)(p->n_outputs + 1));
-    assert(j->in && j->out);
+    job *j = lz_host_calloc(1, sizeof *j);
+    if (j) {
+        j->in = lz_host_malloc(sizeof *j->in * (size_t)(p->n_inputs + 1));
+        j->out = lz_host_malloc(sizeof *j->out * (size_t)(p->n_outputs + 1));
+        if (keep) j->keep = lz_host_malloc(sizeof *j->keep * (size_t)(p->n_outputs + 1));
+    }
+    if (!running || !j || !j->in || !j->out || (keep && !j->keep)) {
+        if (j) { free(j->in); free(j->out); free(j->keep); free(j); }
+        run_inline(exe, in, out, keep);
+        return;
+    }
     for (int i = 0; i < p->n_inputs; i++) { j->in[i] = in[i]; job_ref(in[i]); }
     for (int o = 0; o < p->n_outputs; o++) { j->out[o] = out[o]; job_ref(out[o]); }
-    if (keep) {
-        j->keep = malloc(sizeof *j->keep * (size_t)(p->n_outputs + 1));
-        assert(j->keep);
-        memcpy(j->keep, keep, sizeof *j->keep * (size_t)p->n_outputs);
-    }
+    if (keep) memcpy(j->keep, keep, sizeof *j->keep * (size_t)p->n_outputs);
     lz_executable_ref(exe);
     j->exe = exe;
     enqueued_since_wait = 1;

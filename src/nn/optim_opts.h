@@ -1,0 +1,36 @@
+/* What the optimizers' constructors share: reading an options field whose
+ * zero means torch's default, and checking the parameter list. */
+#ifndef LZ_OPTIM_OPTS_H
+#define LZ_OPTIM_OPTS_H
+
+#include "lazyc.h"
+
+/* v, with 0 read as dflt and LZ_OPT_ZERO as an explicit 0. */
+static inline float lz_opt_or(float v, float dflt)
+{
+    return v == 0.0f ? dflt : v == LZ_OPT_ZERO ? 0.0f : v;
+}
+
+/* 0, or -1 with an error naming fn and the parameter: a NULL array or
+   entry, a dtype other than f32, a tensor that does not require grad, or
+   one listed twice. */
+int lz_optim_check_params(const char *fn, lz_tensor *const *params, int n);
+
+/* An optimizer step runs all or nothing: the values (nodes) its tensors
+   hold before it, so that a failure part-way puts every one back and no
+   parameter is updated without the others. */
+typedef struct lz_optim_undo {
+    int n;
+    lz_tensor **t;
+    struct lz_node **node;
+} lz_optim_undo;
+
+/* Records the n tensors of groups[0..k) (each an array of n_each, NULL
+   arrays skipped) and single (may be NULL). -1 and an error when out of
+   memory (nothing recorded). */
+int  lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor **const *groups, int k,
+                         int n_each, lz_tensor *single);
+/* rc != 0: every tensor gets its recorded value back. Frees u; returns rc. */
+int  lz_optim_undo_end(lz_optim_undo *u, int rc);
+
+#endif
