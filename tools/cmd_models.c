@@ -92,7 +92,7 @@ int lz_cmd_models(int argc, char **argv)
     for (const char *const *name = lz_model_names(); *name; name++)
         for (int s = 0; s < n_sizes; s++)
             status |= print_model(*name, s == 0 ? *name : "", sizes[s], sizes[s]);
-    printf("\n`lazyc train --model` (Fashion-MNIST, 1x28x28 images; the input shows one batch of 2):\n");
+    printf("\n`lazyc train --model` (Fashion-MNIST, 1x28x28 images; the batch is --batch):\n");
     const char *zoo;
     for (int i = 0; lz_cli_train_model(i, &zoo); i++)
         status |= print_model(zoo, lz_cli_train_model(i, NULL), "smoke", "train");

@@ -598,8 +598,8 @@ int lz_cmd_train(int argc, char **argv)
                               .per_epoch = r.per_epoch, .batch = o->batch,
                               .run_steps = o->max_steps && o->max_steps < run_steps ? o->max_steps : run_steps,
                               .evals_left = o->epochs - first_epoch};
-    printf("training %s on %lld Fashion-MNIST images (%lld steps of %ld per epoch), testing on %lld\n",
-           o->model, (long long)r.train_images, (long long)r.per_epoch, o->batch, (long long)lz_dataset_size(te));
+    printf("%s: %lld Fashion-MNIST training images (%lld steps of %ld per epoch), %lld test\n", o->model,
+           (long long)r.train_images, (long long)r.per_epoch, o->batch, (long long)lz_dataset_size(te));
     if (o->resume)
         printf("resuming %s at epoch %ld, step %ld of %lld (training step %ld)\n", o->resume, first_epoch + 1,
                skip + 1, (long long)r.per_epoch, step + 1);

@@ -33,8 +33,12 @@ int train_progress_format(const train_progress *p, long epoch, int64_t b, int ha
     int width = (p->cols > 80 || p->cols <= 0 ? 80 : p->cols) - 1;
     int n;
     if (p->tty) {
-        /* the bar takes what is left of the width, up to 30 cells */
-        int bar = width - (int)strlen(left) - (int)strlen(right) - 4;
+        /* the bar keeps one width for the run: what the widest line of
+           the right part (steps, a loss like -1.23e+08, 7-digit rate,
+           h:mm:ss) leaves, up to 30 cells */
+        int digits = snprintf(NULL, 0, "%lld", (long long)p->per_epoch);
+        int widest_left = snprintf(NULL, 0, "epoch %ld/%ld", p->epochs, p->epochs);
+        int bar = width - widest_left - (2 * digits + 43) - 4;
         if (bar > 30) bar = 30;
         if (bar >= 5) {
             char cells[31];
