@@ -605,6 +605,10 @@ int lz_cmd_train(int argc, char **argv)
                skip + 1, (long long)r.per_epoch, step + 1);
     status = train_loop(&r, first_epoch, skip, step);
 done:
+    /* a run stopped at a NaN has the next step still executing: it must
+       finish before its tensors are freed and before exit() runs oneDNN's
+       destructors under it (a crash otherwise) */
+    lz_wait();
     train_summary_free(&r.sum);
     lz_fn_free(r.step_fn);
     lz_fn_free(r.eval_fn);
