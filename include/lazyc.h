@@ -127,6 +127,11 @@ LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 
 LZ_API lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
 LZ_API lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
+/* 0-d f32: 1 when every element of x is finite, 0 when any is NaN or
+   +-Inf; no gradient. An op of the graph like any other, so a step that
+   also outputs lz_all_finite(loss) or of a gradient costs one pass over x
+   and no second execution; lz_mul combines several checks into one. */
+LZ_API lz_tensor *lz_all_finite(lz_tensor *x);
 /* naxes == 0 reduces over every axis. */
 LZ_API lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
 LZ_API lz_tensor *lz_mean_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
@@ -325,7 +330,9 @@ LZ_API lz_tensor  *lz_params_find(const lz_params *p, const char *name); /* borr
 LZ_API int         lz_params_trainable_list(const lz_params *p, lz_tensor **out, int cap);
 LZ_API int64_t     lz_params_numel(const lz_params *p, int trainable_only);
 
-/* safetensors files (header JSON + raw little-endian data). */
+/* safetensors files (header JSON + raw little-endian data). Saving writes
+   like lz_write_file: a crash or a failed write (full disk) leaves the
+   previous file whole. */
 LZ_API int  lz_safetensors_save(const char *path, const lz_params *p);
 /* Loads every tensor of p from path by name: f32, i64 and bf16 (widened to
    f32) on disk. strict: a missing, extra or mis-shaped tensor is an error
@@ -340,6 +347,14 @@ LZ_API int   lz_safetensors_save_meta(const char *path, const lz_params *p, int 
 /* The __metadata__ value of key in path as a new string (caller frees);
    NULL + error when the file is bad or has no such key. */
 LZ_API char *lz_safetensors_read_meta(const char *path, const char *key);
+
+/* Replaces path with nbytes of data durably: written to "<path>.tmp<pid>"
+   beside it, fsync'd, renamed over path, and the directory fsync'd, so
+   path always holds the old contents or the new whole. Temporary files of
+   path left by dead processes are removed; a path that is a device or FIFO
+   (/dev/stdout, /dev/full) is written in place. 0, or -1 with an error
+   naming path and the failing step (no space left, permission denied). */
+LZ_API int   lz_write_file(const char *path, const void *data, size_t nbytes);
 
 /* ---- data sets ---------------------------------------------------------- */
 

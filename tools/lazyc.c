@@ -22,7 +22,12 @@ static void usage(FILE *f)
     fprintf(f, "usage: lazyc <command> [options]\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`lazyc <command> --help` describes a command's options.\n");
+    fprintf(f, "\n`lazyc <command> --help` describes a command's options; `lazyc --version`\n"
+               "prints the version.\n\n"
+               "Exit status: 0 success; %d the run failed (a write error such as a full disk,\n"
+               "an execution error); %d usage (a bad command or option, unreadable input, an\n"
+               "output path that cannot be written); %d lazyc train stopped at a NaN or Inf.\n",
+            LZ_CLI_FAILED, LZ_CLI_USAGE_ERROR, LZ_CLI_NONFINITE);
 }
 
 int lz_cli_is_help(const char *arg)
@@ -65,11 +70,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return LZ_CLI_USAGE_ERROR;
     }
-    /* --help is asked for, so it prints to stdout; the exit status stays 2
-       because no command ran. */
+    /* asked for: stdout and success, as every Unix tool */
     if (lz_cli_is_help(argv[1])) {
         usage(stdout);
-        return LZ_CLI_USAGE_ERROR;
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("lazyc %s\n", LZ_VERSION);
+        return 0;
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(argv[1], commands[i].name) == 0)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/durable.h"
 #include "io/json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -581,28 +582,24 @@ int lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
        the reference writer does. */
     while ((8 + h.n) % 8) puts_(&h, " ");
     void *data = malloc(max_bytes);
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (h.oom || !data || !tmp) {
+    if (h.oom || !data) {
         free(h.s);
         free(data);
-        free(tmp);
         free(ts);
         return lz_errorf_int("%s: %s: out of memory", fn, pname);
     }
-    /* Written beside the target and renamed over it, so a crash mid-save
-       never leaves a truncated checkpoint under the real name. */
-    snprintf(tmp, plen + 32, "%s.tmp%ld", path, (long)getpid());
+    /* Written beside the target, fsync'd and renamed over it (durable.h):
+       a crash or a full disk mid-save never costs the previous checkpoint. */
     int rc = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        rc = lz_errorf_int("%s: %s: cannot create '%s': %s", fn, pname, tmp, strerror(errno));
+    lz_durable out;
+    if (lz_durable_open(&out, fn, path) != 0) {
+        rc = -1;
         goto done;
     }
     unsigned char lenbuf[8];
     uint64_t hl = h.n;
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)(hl >> (8 * i));
-    int ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n;
+    int ok = fwrite(lenbuf, 1, 8, out.f) == 8 && fwrite(h.s, 1, h.n, out.f) == h.n;
     for (int i = 0; ok && i < n; i++) {
         size_t nb = (size_t)lz_numel(ts[i]) * lz_dtype_size(lz_tensor_dtype(ts[i]));
         if (lz_to_host(ts[i], data, nb)) {
@@ -610,24 +607,19 @@ int lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
             ok = 0;
             break;
         }
-        ok = fwrite(data, 1, nb, f) == nb;
-    }
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        err = errno;
+        ok = fwrite(data, 1, nb, out.f) == nb;
     }
     if (!ok) {
-        if (!rc) rc = lz_errorf_int("%s: %s: write failed: %s", fn, pname, strerror(err));
-        remove(tmp);
-    } else if (rename(tmp, path) != 0) {
-        rc = lz_errorf_int("%s: %s: cannot rename '%s' over it: %s", fn, pname, tmp, strerror(errno));
-        remove(tmp);
+        int err = errno, replacing = out.tmp != NULL;
+        lz_durable_abort(&out);
+        if (!rc) rc = lz_errorf_int("%s: %s: write failed: %s%s", fn, pname, strerror(err),
+                                    replacing ? " (the file is as it was)" : "");
+    } else {
+        rc = lz_durable_commit(&out, fn, path);
     }
 done:
     free(h.s);
     free(data);
-    free(tmp);
     free(ts);
     return rc;
 }

@@ -1,0 +1,20 @@
+/* lz_all_finite: sum(x - x) is 0 when every element is finite and NaN
+ * otherwise (Inf - Inf and NaN - NaN are NaN), and a NaN is the one value
+ * not equal to itself. Built from existing ops, so it fuses with the
+ * graph that computes x and needs no kernel of its own, and no constant
+ * (inside a captured step it bakes no host value). */
+#include "core/error.h"
+#include "ops/ops_util.h"
+
+lz_tensor *lz_all_finite(lz_tensor *x)
+{
+    if (!x) return lz_errorf("lz_all_finite: x is NULL");
+    lz_no_grad_begin();
+    lz_scope_begin();
+    lz_tensor *s = lz_sum(lz_sub(x, x));
+    lz_tensor *r = s ? lz_eq(s, s) : NULL;
+    if (r) lz_keep(r);
+    lz_scope_end();
+    lz_no_grad_end();
+    return r;
+}
