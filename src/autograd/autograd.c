@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/capture.h"
 #include "core/error.h"
 #include "core/thread.h"
 
@@ -59,6 +60,7 @@ void lz_requires_grad(lz_tensor *t, int on)
                   lz_dtype_name((lz_dtype)t->node->dtype));
         return;
     }
+    if (t->requires_grad != (on != 0)) lz_capture_leaves_changed();
     t->requires_grad = on != 0;
 }
 
