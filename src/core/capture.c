@@ -216,11 +216,11 @@ lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out)
     return f;
 }
 
-static int first_alias(lz_tensor *const *in, int k)
+static int first_alias(lz_buffer *const *buf, int k)
 {
     for (int j = 0; j < k; j++)
-        if (in[j]->node->buf == in[k]->node->buf && in[k]->node->buf) return j;
-    return in[k]->node->buf ? k : -1;
+        if (buf[j] == buf[k]) return j;
+    return k;
 }
 
 /* The key: does this call look like the one tr was traced on? */
@@ -241,7 +241,9 @@ static int key_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
     return 1;
 }
 
-static trace *new_trace(lz_fn *f, lz_tensor *const *in)
+/* A trace keyed by the inputs as they were when the call began (inbuf:
+   their buffers then). */
+static trace *new_trace(lz_fn *f, lz_tensor *const *in, lz_buffer *const *inbuf)
 {
     trace *tr = calloc(1, sizeof *tr);
     if (tr) {
@@ -259,8 +261,7 @@ static trace *new_trace(lz_fn *f, lz_tensor *const *in)
         tr->dtype[k] = in[k]->node->dtype;
         tr->ndim[k] = in[k]->node->ndim;
         memcpy(tr->shape[k], in[k]->node->shape, sizeof tr->shape[k]);
-        tr->alias[k] = first_alias(in, k);
-        if (tr->alias[k] < 0) tr->alias[k] = k;
+        tr->alias[k] = first_alias(inbuf, k);
     }
     tr->next = f->traces;
     f->traces = tr;
@@ -360,13 +361,14 @@ typedef struct snapshot {
     lz_buffer **gbuf;        /* that gradient's buffer then */
     char *alive;             /* held by the program then */
     int *retained;           /* its lz_retain handles then */
+    lz_buffer **inbuf;       /* each explicit input's buffer then */
     int n;
     uint32_t epoch;
 } snapshot;
 
 static uint32_t snapshot_epoch;
 
-static int take_snapshot(snapshot *s)
+static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
 {
     int n = 0;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) n++;
@@ -377,11 +379,14 @@ static int take_snapshot(snapshot *s)
     s->gbuf = malloc(sizeof *s->gbuf * (size_t)(n + 1));
     s->alive = malloc((size_t)n + 1);
     s->retained = malloc(sizeof *s->retained * (size_t)(n + 1));
-    if (!s->t || !s->buf || !s->grad || !s->gbuf || !s->alive || !s->retained) {
+    s->inbuf = malloc(sizeof *s->inbuf * (size_t)(n_in + 1));
+    if (!s->t || !s->buf || !s->grad || !s->gbuf || !s->alive || !s->retained || !s->inbuf) {
         free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive); free(s->retained);
+        free(s->inbuf);
         return lz_errorf_int("lz_call: out of memory tracing %d tensors", n);
     }
     s->epoch = ++snapshot_epoch;
+    for (int k = 0; k < n_in; k++) s->inbuf[k] = in[k]->node->buf;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) {
         s->alive[s->n] = user_alive(t, 0);
         lz_tensor_ref(t);
@@ -400,6 +405,7 @@ static void drop_snapshot(snapshot *s)
 {
     for (int i = 0; i < s->n; i++) lz_tensor_unref(s->t[i]);
     free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive); free(s->retained);
+    free(s->inbuf);
 }
 
 static int snapshot_index(const snapshot *s, const lz_tensor *t)
@@ -472,8 +478,9 @@ static int leaf_index(trace *tr, lz_tensor *t)
 static binding bind_leaf(trace *tr, const lz_fn *f, lz_tensor *const *in, const snapshot *s,
                          lz_tensor *prefer, lz_buffer *buf, lz_tensor **freed_state)
 {
+    (void)in;
     for (int k = 0; k < f->n_in; k++)
-        if (in[k]->node->buf == buf) return (binding){.kind = SRC_INPUT, .index = k};
+        if (s->inbuf[k] == buf) return (binding){.kind = SRC_INPUT, .index = k};
     /* a leaf's gradient is re-read through the leaf on every call */
     for (int i = 0; i < s->n; i++)
         if (s->gbuf[i] == buf) {
@@ -657,7 +664,8 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
     for (int k = 0; k < tr->n_slots; k++) {
         const binding *b = &tr->slots[k];
         if (b->kind != SRC_INPUT && b->kind != SRC_TENSOR) continue;
-        lz_buffer *buf = b->kind == SRC_INPUT ? in[b->index]->node->buf : b->t->node->buf;
+        int si = b->kind == SRC_TENSOR ? snapshot_index(s, b->t) : -1;
+        lz_buffer *buf = b->kind == SRC_INPUT ? s->inbuf[b->index] : si >= 0 ? s->buf[si] : b->t->node->buf;
         for (int i = 0; i < s->n; i++) {
             lz_tensor *t = s->t[i];
             if (s->buf[i] != buf || t == b->t || !user_alive(t, 1)) continue;
@@ -784,7 +792,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     }
     uint64_t serial0 = lz_tensor_serial();
     snapshot s;
-    if (take_snapshot(&s)) return -1;
+    if (take_snapshot(&s, in, f->n_in)) return -1;
     char kept_small[16], *kept = f->n_out <= 16 ? kept_small : malloc((size_t)f->n_out);
     if (!kept) { drop_snapshot(&s); return lz_errorf_int("lz_call: out of memory"); }
     tracing = f;
@@ -803,7 +811,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         if (rc != 0) drop_made_outputs(f, out, serial0);
         goto done;
     }
-    if (!tr && !(tr = new_trace(f, in))) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
+    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
     if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
         tr->warmed_up = 1;
         rc = record_leaves(tr, &s, NULL, 0);
