@@ -115,6 +115,8 @@ typedef struct trace {
                                 replaces, or -1 (lz_executor_enqueue) */
     int n_alias;
     alias_check *aliases;
+    int n_live_check;
+    lz_tensor **live_check;  /* every tensor above, once: must stay the program's */
     struct trace *next;
 } trace;
 
@@ -298,6 +300,9 @@ static void clear_capture(trace *tr)
     free(tr->slots); free(tr->outputs); free(tr->state); free(tr->keep);
     for (int i = 0; i < tr->n_alias; i++) { release(tr->aliases[i].a); release(tr->aliases[i].b); }
     free(tr->aliases);
+    free(tr->live_check);
+    tr->live_check = NULL;
+    tr->n_live_check = 0;
     tr->slots = NULL; tr->outputs = NULL; tr->state = NULL; tr->keep = NULL; tr->aliases = NULL;
     tr->n_slots = tr->n_outputs = tr->n_state = tr->n_alias = 0;
     tr->captured = 0;
@@ -691,6 +696,33 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
     return 0;
 }
 
+static int add_check(lz_tensor **list, int n, lz_tensor *t)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == t) return n;
+    list[n] = t;
+    return n + 1;
+}
+
+/* The tensors guard_holds checks are alive, each once (a parameter is both
+   read and updated). */
+static int collect_live_checks(trace *tr)
+{
+    int cap = tr->n_slots + tr->n_state + tr->n_leaves + tr->n_returned + 1, n = 0;
+    lz_tensor **list = malloc(sizeof *list * (size_t)cap);
+    if (!list) return lz_errorf_int("lz_call: out of memory");
+    for (int i = 0; i < tr->n_slots; i++)
+        if (tr->slots[i].kind == SRC_TENSOR) n = add_check(list, n, tr->slots[i].t);
+    for (int i = 0; i < tr->n_state; i++)
+        if (tr->state[i].kind == ST_TENSOR) n = add_check(list, n, tr->state[i].t);
+    for (int i = 0; i < tr->n_leaves; i++) n = add_check(list, n, tr->leaves[i].t);
+    for (int j = 0; j < tr->n_returned; j++)
+        if (tr->returned[j].kind == RET_SAME_TENSOR) n = add_check(list, n, tr->returned[j].t);
+    tr->live_check = list;
+    tr->n_live_check = n;
+    return 0;
+}
+
 /* Binds everything a replay of g needs. 0; 1 when the function frees a
    tensor alive across calls after reading it (it cannot be replayed: the
    caller falls back to tracing every call); -1 on out of memory. */
@@ -715,13 +747,19 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
     tr->keep = malloc(sizeof *tr->keep * (size_t)(g->n_outputs + 1));
     if (!tr->slots || !tr->outputs || !tr->returned || !tr->state || !tr->keep)
         return lz_errorf_int("lz_call: out of memory binding a capture");
-    for (int i = 0; i < g->n_inputs; i++) {
-        lz_tensor *prefer = NULL;
-        for (int j = 0; j < n_live && !prefer; j++)
-            if (live[j]->capture_epoch == s->epoch && s->buf[snapshot_index(s, live[j])] == g->inputs[i]->buf)
-                prefer = live[j];
-        tr->slots[i] = bind_leaf(tr, f, in, s, prefer, g->inputs[i]->buf, freed);
+    /* a slot read by a tensor the function updated binds to that tensor
+       (its state), found through the cut's slot of each buffer */
+    lz_tensor **prefer = calloc((size_t)g->n_inputs + 1, sizeof *prefer);
+    if (!prefer) return lz_errorf_int("lz_call: out of memory binding a capture");
+    for (int i = 0; i < s->n; i++) {
+        lz_buffer *b = s->buf[i];
+        if (s->t[i]->in_live && b && b->cut_slot >= 0 && b->cut_slot < g->n_inputs &&
+            g->inputs[b->cut_slot]->buf == b && !prefer[b->cut_slot])
+            prefer[b->cut_slot] = s->t[i];
     }
+    for (int i = 0; i < g->n_inputs; i++)
+        tr->slots[i] = bind_leaf(tr, f, in, s, prefer[i], g->inputs[i]->buf, freed);
+    free(prefer);
     if (*freed) return 1;
     for (int o = 0; o < g->n_outputs; o++) {
         const lz_node *n = g->outputs[o];
@@ -777,7 +815,8 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         st->donates = st->slot >= 0 && tr->keep[st->slot] >= 0 &&
                       lz_program_may_overwrite(&exe->prog, st->slot, tr->keep[st->slot]);
     }
-    return record_aliases(tr, s, in, f->n_in);
+    if (record_aliases(tr, s, in, f->n_in)) return -1;
+    return collect_live_checks(tr);
 }
 
 static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, int checking)
@@ -895,14 +934,8 @@ done:
 static int guard_holds(const trace *tr, lz_tensor *const *in)
 {
     if (tr->leaf_epoch != leaf_epoch) return 0;
-    for (int i = 0; i < tr->n_slots; i++)
-        if (tr->slots[i].kind == SRC_TENSOR && !user_alive(tr->slots[i].t, 0)) return 0;
-    for (int i = 0; i < tr->n_state; i++)
-        if (tr->state[i].kind == ST_TENSOR && !user_alive(tr->state[i].t, 0)) return 0;
-    for (int i = 0; i < tr->n_leaves; i++)
-        if (!user_alive(tr->leaves[i].t, 0)) return 0;
-    for (int j = 0; j < tr->n_returned; j++)
-        if (tr->returned[j].kind == RET_SAME_TENSOR && !user_alive(tr->returned[j].t, 0)) return 0;
+    for (int i = 0; i < tr->n_live_check; i++)
+        if (!user_alive(tr->live_check[i], 0)) return 0;
     for (int i = 0; i < tr->n_alias; i++) {
         const alias_check *a = &tr->aliases[i];
         const lz_buffer *x = (a->input >= 0 ? in[a->input] : a->a)->node->buf;
