@@ -111,6 +111,46 @@ static void test_graph_change(void)
     lz_fn_free(f);
 }
 
+/* the context's pointer swapped to another existing tensor (no
+   requires-grad change the guard could see): the check finds it */
+typedef struct holder { lz_tensor *w; } holder;
+
+static int dot(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    holder *h = ctx;
+    out[0] = lz_sum(lz_mul(h->w, in[0]));
+    return out[0] ? 0 : -1;
+}
+
+static void test_swapped_tensor(void)
+{
+    lz_tensor *a = lz_scalar(3.0f), *b = lz_scalar(5.0f);
+    holder h = {a};
+    lz_fn *f = lz_capture(dot, &h, 1, 1);
+    float v;
+    char *log;
+    CHECK_EQ_I(call_logged(f, &v, &log), 0);          /* call 1: traced */
+    free(log);
+    CHECK(v == 6.0f);
+    CHECK_EQ_I(call_logged(f, &v, &log), 0);          /* call 2: checked, the same */
+    free(log);
+    CHECK(v == 6.0f);
+    CHECK_EQ_I(call_logged(f, &v, &log), 0);          /* call 3: replayed */
+    free(log);
+    h.w = b;
+    CHECK_EQ_I(call_logged(f, &v, &log), -1);         /* call 4: checked */
+    free(log);
+    const char *e = lz_last_error();
+    CHECK(e && strstr(e, "LZ_CAPTURE_CHECK") && strstr(e, "different tensor"));
+    printf("check: %s\n", e ? e : "(none)");
+    CHECK_EQ_I(call_logged(f, &v, &log), 0);          /* call 5: replays the new binding */
+    free(log);
+    CHECK(v == 10.0f);
+    lz_fn_free(f);
+    lz_free(a);
+    lz_free(b);
+}
+
 /* a steady training step passes every check, bitwise equal to lazy */
 typedef struct lin { lz_tensor *w; lz_sgd *opt; } lin;
 
@@ -162,6 +202,7 @@ int main(void)
     setenv("LZ_CAPTURE_CHECK", "2", 1);
     test_host_scalar();
     test_graph_change();
+    test_swapped_tensor();
     test_steady();
     lz_shutdown();
     return lz_test_done();

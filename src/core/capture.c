@@ -723,6 +723,18 @@ static int collect_live_checks(trace *tr)
     return 0;
 }
 
+/* What a slot reads, as an identity: the tensor, the input index or the
+   leaf whose gradient, or the constant buffer. */
+static const void *binding_source(const trace *tr, const binding *b)
+{
+    switch (b->kind) {
+    case SRC_INPUT: return (const void *)(uintptr_t)(1 + b->index);   /* not a heap address */
+    case SRC_TENSOR: return b->t;
+    case SRC_GRAD: return tr->leaves[b->index].t;
+    default: return NULL;
+    }
+}
+
 /* Binds everything a replay of g needs. 0; 1 when the function frees a
    tensor alive across calls after reading it (it cannot be replayed: the
    caller falls back to tracing every call); -1 on out of memory. */
@@ -896,6 +908,13 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         drop_made_outputs(f, out, serial0);
         goto done;
     }
+    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
+       only (every tensor bound now was alive before the old capture is
+       dropped, so no address is reused) */
+    const void **was = NULL;
+    int n_was = checking && tr->captured ? tr->n_slots : 0;
+    if (n_was && (was = malloc(sizeof *was * (size_t)n_was)))
+        for (int i = 0; i < n_was; i++) was[i] = binding_source(tr, &tr->slots[i]);
     clear_capture(tr);
     if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
     tr->exe = exe;
@@ -903,6 +922,29 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_tensor *freed = NULL;
     int bound = bind_capture(f, tr, &g, exe, in, out, kept, &s, live, n_live, &freed);
     free(live);
+    int rebound = -1;
+    for (int i = 0; was && bound == 0 && i < n_was && i < tr->n_slots && rebound < 0; i++)
+        if (was[i] != binding_source(tr, &tr->slots[i])) rebound = i;
+    free(was);
+    if (rebound >= 0) {
+        /* the capture is bound anew (later replays read what the function
+           reads now); this call fails and its state keeps its values */
+        char shape[96];
+        const lz_node *n = g.inputs[rebound];
+        lz_errorf("lz_call: LZ_CAPTURE_CHECK: input %d of the captured graph (%s %s) is read from a "
+                  "different tensor than when the step function was captured (it reaches another "
+                  "tensor through its context now)", rebound, lz_shape_str(shape, n->ndim, n->shape),
+                  lz_dtype_name((lz_dtype)n->dtype));
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", lz_last_error());
+        lz_execute_graph(&g, NULL);
+        lz_errorf("%s", msg);
+        lz_graph_release(&g);
+        tr->captured = 1;
+        drop_made_outputs(f, out, serial0);
+        rc = -1;
+        goto done;
+    }
     if (bound == 1) {
         char shape[96];
         fprintf(stderr, "lazyc: warning: the captured step function reads a tensor alive across calls "
