@@ -867,14 +867,10 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         tr->warmed_up = 1;
         rc = record_leaves(tr, &s, NULL, 0);
         tr->leaf_epoch = leaf_epoch;
-        lz_node **roots;
+        lz_node **roots = NULL;
         int n_roots = rc ? rc : trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        if (n_roots > 0) {
-            rc = lz_run_roots(roots, n_roots);
-            free(roots);
-        } else {
-            rc = n_roots;
-        }
+        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : n_roots;
+        if (n_roots >= 0) free(roots);
         if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
         goto done;
     }
