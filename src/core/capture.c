@@ -19,8 +19,10 @@
  * tensors that shared a buffer when traced still share it; no tensor's
  * requires-grad flag changed since). Each is an integer or pointer
  * comparison per bound tensor. What cannot be guarded (host values made
- * inside the function) is named in a warning when traced, and
- * LZ_CAPTURE_CHECK=N re-traces every N-th call and compares.
+ * inside the function, a context pointer swapped to another existing
+ * tensor) is named in a warning when traced, or found by LZ_CAPTURE_CHECK=N,
+ * which re-traces every N-th call and compares graph, constants and what
+ * each input is read from.
  *
  * A trace that created state (a leaf's first gradient, lazily made
  * optimizer buffers) is not steady: it runs as a warm-up and the next call
