@@ -31,7 +31,6 @@
  * replacing a handle), is traced on every call. */
 #include "core/capture.h"
 
-#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
