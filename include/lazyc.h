@@ -66,9 +66,14 @@ LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const
 LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
 /* A tensor filled with value, as data (never a constant in the graph). */
 LZ_API lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
-/* 0-d f32 *data*, never a baked constant: changing it never recompiles. */
+/* 0-d f32 data: a new value never recompiles a lazy step. Made inside a
+   captured step function, it is frozen: every replay reuses the value it
+   had when traced (so is any data made there from host memory: lz_from_host,
+   lz_full, lz_zeros); the trace names each in a warning. */
 LZ_API lz_tensor *lz_scalar(float value);
-/* Another reference to the same tensor; lz_free each one. */
+/* Another handle to the same tensor; lz_free each one. lz_free gives back
+   the retained handles first, so a scope keeps owning the tensor's
+   creation handle: lz_free(lz_retain(t)) in a scope leaves t to the scope. */
 LZ_API lz_tensor *lz_retain(lz_tensor *t);
 LZ_API void       lz_free(lz_tensor *t);
 LZ_API int        lz_ndim(const lz_tensor *t);
@@ -402,9 +407,20 @@ LZ_API void       lz_loader_free(lz_loader *l);
 
 /* ---- capture: trace a step once, replay it ---------------------------- */
 
-/* fn records ops on in[0..n_in) and stores n_out new tensors in out */
+/* fn records ops on in[0..n_in) and stores n_out tensors in out */
 typedef int (*lz_step_fn)(void *ctx, lz_tensor *const *in, lz_tensor **out);
 LZ_API lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out);
+/* Calls fn: traces it, or replays a capture whose guard holds (the inputs'
+   shapes, dtypes and aliasing, which leaves have a gradient, every bound
+   tensor still held by the program and unchanged requires-grad flags),
+   computing what a direct call would. A replay reuses what the trace froze:
+   the ops recorded and host data made inside fn (pass changing values as
+   inputs or keep them in tensors updated with lz_assign); LZ_CAPTURE_CHECK=N
+   traces every N-th call again and fails it on a difference. out gets what
+   a direct call gives: new handles for tensors fn made (owned by the
+   caller's scope if one is open, or kept past it by fn's lz_keep), the
+   same handle for a tensor fn was given or holds (with a reference only if
+   fn took one). -1 with fn's own error, or the first unchecked op error. */
 LZ_API int    lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out);
 LZ_API void   lz_fn_free(lz_fn *f);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/fault.h"
+#include "core/capture.h"
 #include "core/error.h"
 #include "core/thread.h"
 
@@ -77,6 +78,7 @@ void lz_requires_grad(lz_tensor *t, int on)
                   lz_dtype_name((lz_dtype)t->node->dtype));
         return;
     }
+    if (t->requires_grad != (on != 0)) lz_capture_leaves_changed();
     t->requires_grad = on != 0;
 }
 

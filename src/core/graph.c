@@ -1,6 +1,7 @@
 #include "core/graph.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,4 +160,76 @@ void lz_graph_release(lz_graph *g)
 int lz_graph_same(const int64_t *a, size_t na, const int64_t *b, size_t nb)
 {
     return na == nb && memcmp(a, b, sizeof *a * na) == 0;
+}
+
+/* Length of the signature segment of the node starting at a[i]: a leaf is
+   op, dtype, ndim, shape, slot; an op is op, dtype, ndim, shape, n_iattr,
+   iattr, n_fattr, fattr, n_src, sources (lz_graph_cut). 0 at the outputs. */
+static size_t sig_node_len(const int64_t *a, size_t n, size_t i)
+{
+    if (i >= n || a[i] < 0) return 0;
+    size_t j = i + 1;
+    if (j + 1 >= n) return n - i;
+    j += 2 + (size_t)a[j + 1];                  /* dtype, ndim, shape */
+    if (a[i] == LZ_OP_LEAF) return j + 1 - i;   /* slot */
+    for (int k = 0; k < 3 && j < n; k++) j += 1 + (size_t)a[j];   /* iattr, fattr, sources */
+    return (j > n ? n : j) - i;
+}
+
+static void describe_node(char *buf, size_t cap, const int64_t *a, size_t len)
+{
+    char shape[96];
+    int64_t dims[LZ_MAX_DIMS];
+    int nd = len > 2 ? (int)a[2] : 0;
+    if (nd > LZ_MAX_DIMS) nd = LZ_MAX_DIMS;
+    for (int d = 0; d < nd && (size_t)(3 + d) < len; d++) dims[d] = a[3 + d];
+    size_t off = (size_t)snprintf(buf, cap, "%s %s %s", a[0] == LZ_OP_LEAF ? "input" : lz_op_name((lz_op)a[0]),
+                                  lz_shape_str(shape, nd, dims), lz_dtype_name((lz_dtype)(len > 1 ? a[1] : 0)));
+    if (a[0] == LZ_OP_LEAF || off >= cap) return;
+    size_t j = 3 + (size_t)nd;
+    if (j < len && a[j] > 0) {
+        off += (size_t)snprintf(buf + off, cap - off, " iattr");
+        for (int64_t k = 0; k < a[j] && j + 1 + (size_t)k < len && off < cap; k++)
+            off += (size_t)snprintf(buf + off, cap - off, " %lld", (long long)a[j + 1 + k]);
+    }
+    j += 1 + (j < len ? (size_t)a[j] : 0);
+    if (j < len && a[j] > 0 && off < cap) {
+        off += (size_t)snprintf(buf + off, cap - off, " fattr");
+        for (int64_t k = 0; k < a[j] && j + 1 + (size_t)k < len && off < cap; k++) {
+            uint32_t bits = (uint32_t)a[j + 1 + k];
+            float f;
+            memcpy(&f, &bits, sizeof f);
+            off += (size_t)snprintf(buf + off, cap - off, " %.9g", (double)f);
+        }
+    }
+}
+
+int lz_graph_sig_diff(const int64_t *a, size_t na, const int64_t *b, size_t nb, char *what, size_t cap)
+{
+    size_t i = 0, j = 0;
+    for (int node = 0;; node++) {
+        size_t la = sig_node_len(a, na, i), lb = sig_node_len(b, nb, j);
+        if (!la || !lb) {
+            if (la || lb) {
+                snprintf(what, cap, "the graph had %s nodes, it now has %s (node %d)", la ? "more" : "fewer",
+                         la ? "fewer" : "more", node);
+                return 1;
+            }
+            break;
+        }
+        if (la != lb || memcmp(a + i, b + j, sizeof *a * la)) {
+            char was[256], now[256];
+            describe_node(was, sizeof was, a + i, la);
+            describe_node(now, sizeof now, b + j, lb);
+            snprintf(what, cap, "node %d was %s, is now %s", node, was, now);
+            return 1;
+        }
+        i += la;
+        j += lb;
+    }
+    if (!lz_graph_same(a + i, na - i, b + j, nb - j)) {
+        snprintf(what, cap, "the graph's outputs differ");
+        return 1;
+    }
+    return 0;
 }

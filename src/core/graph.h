@@ -28,4 +28,8 @@ void lz_graph_release(lz_graph *g);
 /* 1 if a and b have the same structure. */
 int  lz_graph_same(const int64_t *sig_a, size_t len_a, const int64_t *sig_b, size_t len_b);
 
+/* 0 if a and b have the same structure; else 1 with what names the first
+   differing node (index, op, shape, dtype, attributes: was, is now). */
+int  lz_graph_sig_diff(const int64_t *a, size_t na, const int64_t *b, size_t nb, char *what, size_t cap);
+
 #endif

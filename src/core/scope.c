@@ -1,11 +1,15 @@
 /* Scopes: a training step makes hundreds of intermediate handles; a scope
  * drops every one it made at its end, except those kept. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/fault.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread.h"
+
+/* offset of a kept tensor's scope level */
+#define KEPT 1000000
 
 typedef struct scope {
     lz_tensor **items;       /* each holds a bookkeeping reference */
@@ -66,7 +70,7 @@ void lz_scope_end(void)
     scope s = scopes[--depth];
     for (int i = 0; i < s.n; i++) {
         lz_tensor *t = s.items[i];
-        if (t->scope_level == depth + 1 + 1000000) {
+        if (t->scope_level == depth + 1 + KEPT) {
             /* kept: the creation handle moves to the enclosing scope */
             if (depth) {
                 t->scope_level = depth;
@@ -83,12 +87,54 @@ void lz_scope_end(void)
     free(s.items);
 }
 
+static int out_index(lz_tensor *t, lz_tensor *const *out, int n_out)
+{
+    for (int j = 0; j < n_out; j++)
+        if (out[j] == t) return j;
+    return -1;
+}
+
+/* The caller's scope (depth after the pop) receives what a direct call made
+   there would have left in it. A kept tensor is marked kept there too, so
+   it lands where the step's lz_keep would have put it. */
+void lz_scope_end_call(lz_tensor *const *out, int n_out, char *kept_out)
+{
+    if (kept_out) memset(kept_out, 0, (size_t)n_out);
+    if (!depth) return;
+    scope s = scopes[--depth];
+    for (int i = 0; i < s.n; i++) {
+        lz_tensor *t = s.items[i];
+        int j = out_index(t, out, n_out);
+        if (t->scope_level == depth + 1 + KEPT) {
+            if (j >= 0 && kept_out) kept_out[j] = 1;
+            if (depth) {
+                t->scope_level = depth + KEPT;
+                scope_push(&scopes[depth - 1], t);
+            } else {
+                t->scope_level = 0;
+            }
+        } else if (t->scope_level == depth + 1) {
+            if (j >= 0 && depth) {
+                t->scope_level = depth;
+                scope_push(&scopes[depth - 1], t);
+            } else if (j >= 0) {
+                t->scope_level = 0;
+            } else {
+                t->scope_level = 0;
+                lz_tensor_unref(t);
+            }
+        }
+        lz_tensor_unref(t);
+    }
+    free(s.items);
+}
+
 /* A kept tensor is marked by an offset level, so lz_scope_end can tell it
    from one the scope still owns without a second list. */
 lz_tensor *lz_keep(lz_tensor *t)
 {
     if (!t || lz_owner_check("lz_keep")) return NULL;
-    if (t->scope_level == depth && depth) t->scope_level = depth + 1000000;
+    if (t->scope_level == depth && depth) t->scope_level = depth + KEPT;
     return t;
 }
 

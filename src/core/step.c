@@ -222,6 +222,11 @@ int lz_execute_graph(const lz_graph *g, lz_executable *exe)
     return execute_graph(g, exe, 0);
 }
 
+int lz_execute_step_graph(const lz_graph *g, lz_executable *exe)
+{
+    return execute_graph(g, exe, 1);
+}
+
 static int run_roots(lz_node *const *roots, int n, int full_step)
 {
     double t0 = lz_now_ms();

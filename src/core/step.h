@@ -31,5 +31,8 @@ lz_executable *lz_find_or_compile(const lz_graph *g);
    (state: its previous value), the next lz_wait reports it, and -1
    returns with the error set. */
 int lz_execute_graph(const lz_graph *g, lz_executable *exe);
+/* lz_execute_graph for a graph whose roots are every pending tensor (a
+   traced step): state may be donated as lz_mark_step does. */
+int lz_execute_step_graph(const lz_graph *g, lz_executable *exe);
 
 #endif

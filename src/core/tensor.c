@@ -15,6 +15,9 @@
 static lz_tensor *live_head;
 static int live_n;
 static lz_tensor *all_head;
+static uint64_t next_serial = 1;
+
+uint64_t lz_tensor_serial(void) { return next_serial; }
 
 lz_tensor *lz_all_first(void) { return all_head; }
 
@@ -60,6 +63,7 @@ lz_tensor *lz_tensor_wrap(lz_node *node)
     }
     t->refs = 1;
     t->node = node;
+    t->serial = next_serial++;
     t->all_next = all_head;
     if (all_head) all_head->all_prev = t;
     all_head = t;
@@ -100,6 +104,7 @@ lz_tensor *lz_retain(lz_tensor *t)
 {
     if (!t || lz_owner_check("lz_retain")) return NULL;
     t->refs++;
+    t->retained++;
     return t;
 }
 
@@ -108,7 +113,8 @@ void lz_free(lz_tensor *t)
     /* From another thread the handle is left alone (leaked), not freed
        under the recording thread's feet. */
     if (!t || lz_owner_check("lz_free")) return;
-    lz_scope_forget(t);
+    if (t->retained) t->retained--;
+    else lz_scope_forget(t);
     lz_tensor_unref(t);
 }
 

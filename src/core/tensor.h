@@ -32,6 +32,17 @@ struct lz_tensor {
     /* scope bookkeeping: depth of the scope that owns the creation handle,
        0 when the caller owns it */
     int scope_level;
+    /* handles lz_retain gave out and lz_free has not taken back: lz_free
+       drops one of these before the creation handle, so a scope keeps
+       owning the creation handle (lz_free(lz_retain(t)) leaves t as it was) */
+    int retained;
+    /* references held by captured functions (core/capture.c): a tensor with
+       no others is freed as far as the program is concerned, and a replay
+       bound to it must trace again */
+    int capture_refs;
+    /* creation order (lz_tensor_serial): lz_call tells the tensors a step
+       made from those it was given */
+    uint64_t serial;
 };
 
 /* Wraps node (takes over the caller's reference) in a new handle, registers
@@ -41,6 +52,8 @@ lz_tensor *lz_tensor_wrap(lz_node *node);
 /* Points t at node (takes over the caller's reference). */
 void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
 void       lz_tensor_ref(lz_tensor *t);
+/* The serial the next tensor made will have. */
+uint64_t   lz_tensor_serial(void);
 void       lz_tensor_unref(lz_tensor *t);
 /* Drops tensors whose node became data from the live registry. */
 void       lz_live_prune(void);
@@ -57,6 +70,12 @@ int        lz_scope_register(lz_tensor *t);
 void       lz_scope_release(lz_tensor *t);
 /* Drops a creation handle: the scope's ownership if it still has it. */
 void       lz_scope_forget(lz_tensor *t);
+/* Ends the scope lz_call opened around a step function so that ownership
+   is what a direct call in the caller's scope gives: tensors the step kept
+   stay kept one level up, outputs it did not keep go to the caller's scope
+   (or the caller), the rest are dropped. kept_out[j] (may be NULL) tells
+   whether the step kept out[j]. */
+void       lz_scope_end_call(lz_tensor *const *out, int n_out, char *kept_out);
 /* Ends every open scope and frees the scope stack (lz_shutdown). */
 void       lz_scope_shutdown(void);
 
@@ -69,6 +88,12 @@ lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
    is already set. Returns 0 when all are present. Also the recording-thread
    check every op starts with (core/thread.h). */
 int        lz_check_operands(const char *name, int n, lz_tensor *const *in);
+
+/* Data made from host memory by the library itself (an op's C argument
+   such as batch norm's eps, the generator's state): lz_from_host without
+   capture's note of host values made inside a traced step. */
+lz_tensor *lz_library_data(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
+lz_tensor *lz_library_scalar(float value);
 
 /* The largest tensor: 2^46 bytes (64 TiB), far above any real buffer and
    far below where an element count, a byte size or a stride overflows. */

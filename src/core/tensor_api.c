@@ -25,19 +25,34 @@ static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64
     return lz_tensor_wrap(n);
 }
 
-lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape)
+static lz_tensor *from_host(const char *op, const void *data, lz_dtype dtype, int ndim,
+                            const int64_t *shape)
 {
     lz_buffer *b;
-    lz_tensor *t = new_data("lz_from_host", dtype, ndim, shape, &b);
+    lz_tensor *t = new_data(op, dtype, ndim, shape, &b);
     if (!t) return NULL;
     if (b->nbytes && !data) {
         lz_free(t);
-        return lz_errorf("lz_from_host: data is NULL");
+        return lz_errorf("%s: data is NULL", op);
     }
     if (b->nbytes) memcpy(b->data, data, b->nbytes); /* data may be NULL then */
     lz_counters.transfers_to_device++;
     return t;
 }
+
+lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape)
+{
+    lz_tensor *t = from_host("lz_from_host", data, dtype, ndim, shape);
+    lz_capture_note_host_data(t, "lz_from_host");
+    return t;
+}
+
+lz_tensor *lz_library_data(const void *data, lz_dtype dtype, int ndim, const int64_t *shape)
+{
+    return from_host("lz_from_host", data, dtype, ndim, shape);
+}
+
+lz_tensor *lz_library_scalar(float value) { return lz_library_data(&value, LZ_F32, 0, NULL); }
 
 lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
 {
@@ -54,6 +69,7 @@ lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
         else if (dtype == LZ_I64) ((int64_t *)b->data)[i] = (int64_t)value;
         else ((int32_t *)b->data)[i] = (int32_t)value;
     }
+    lz_capture_note_host_data(t, "lz_full");
     return t;
 }
 
@@ -62,10 +78,16 @@ lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape)
     lz_buffer *b;
     lz_tensor *t = new_data("lz_zeros", dtype, ndim, shape, &b);
     if (t) memset(b->data, 0, b->nbytes);
+    lz_capture_note_host_data(t, "lz_zeros");
     return t;
 }
 
-lz_tensor *lz_scalar(float value) { return lz_from_host(&value, LZ_F32, 0, NULL); }
+lz_tensor *lz_scalar(float value)
+{
+    lz_tensor *t = from_host("lz_scalar", &value, LZ_F32, 0, NULL);
+    lz_capture_note_host_data(t, "lz_scalar");
+    return t;
+}
 
 int lz_ndim(const lz_tensor *t)
 {
