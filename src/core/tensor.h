@@ -17,6 +17,8 @@ struct lz_tensor {
     int in_live;
     /* every tensor, for capture's one-time mapping of buffers to tensors */
     lz_tensor *all_prev, *all_next;
+    int internal;            /* a value saved by autograd: in no scope and not in
+                                the every-tensor list (lz_tensor_saved) */
     /* autograd */
     int requires_grad;
     lz_tensor *grad;         /* accumulated gradient, owned */
@@ -37,7 +39,13 @@ struct lz_tensor {
 /* Wraps node (takes over the caller's reference) in a new handle, registers
    it in the current scope and, if pending, in the live registry. */
 lz_tensor *lz_tensor_wrap(lz_node *node);
-/* Points t at node (takes over the caller's reference). */
+/* An internal handle on node (takes over the caller's reference) that
+   autograd keeps as a saved value: in the live registry if pending, but in
+   no scope and not among lz_all_first's tensors, so capture never binds a
+   user's buffer to it. */
+lz_tensor *lz_tensor_saved(lz_node *node);
+/* Points t at node (takes over the caller's reference). A new value ends
+   the autograd record that described the old one (lz_ag_overwritten). */
 void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
 void       lz_tensor_ref(lz_tensor *t);
 void       lz_tensor_unref(lz_tensor *t);
