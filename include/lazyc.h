@@ -95,7 +95,7 @@ lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 
 /* ---- reductions ------------------------------------------------------ */
 
-lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
+lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d; i32 sums to i64 (torch) */
 lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
 /* naxes == 0 reduces over every axis. */
 lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim);
