@@ -29,11 +29,15 @@ int lz_needs_grad(const lz_tensor *t)
 }
 
 /* An internal handle on t's current value: it keeps the node, not the
-   tensor, so a later lz_assign to t does not change it. */
-static lz_tensor *save_value(const lz_tensor *t)
+   tensor, so a later lz_assign to t does not change it. An input's value
+   is live, as the input tensor the record used to hold was: a barrier
+   before the backward materialises it. The output's is not: the output
+   tensor, if still held, is live itself, and a value saved only for a
+   record nobody can reach any more must not become a capture's state. */
+static lz_tensor *save_value(const lz_tensor *t, int live)
 {
     lz_node_ref(t->node);
-    lz_tensor *s = lz_tensor_saved(t->node);
+    lz_tensor *s = lz_tensor_saved(t->node, live);
     s->requires_grad = lz_needs_grad(t);
     return s;
 }
@@ -74,7 +78,7 @@ void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
     ag->leaf = ag->in + n;
     ag->fn = (lz_ag **)(ag->leaf + n);
     for (int i = 0; i < n_in; i++) {
-        ag->in[i] = save_value(in[i]);
+        ag->in[i] = save_value(in[i], 1);
         if (in[i]->ag) {
             ag->fn[i] = in[i]->ag;
             ag->fn[i]->refs++;
@@ -83,7 +87,7 @@ void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
             lz_tensor_ref(in[i]);
         }
     }
-    ag->out = save_value(out);
+    ag->out = save_value(out, 0);
     set_ag(out, ag);
 }
 

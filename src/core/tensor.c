@@ -64,14 +64,14 @@ lz_tensor *lz_tensor_wrap(lz_node *node)
     return t;
 }
 
-lz_tensor *lz_tensor_saved(lz_node *node)
+lz_tensor *lz_tensor_saved(lz_node *node, int live)
 {
     lz_tensor *t = calloc(1, sizeof *t);
     assert(t);
     t->refs = 1;
     t->internal = 1;
     t->node = node;
-    if (!node->buf) live_add(t);
+    if (!node->buf && live) live_add(t);
     return t;
 }
 

@@ -40,10 +40,11 @@ struct lz_tensor {
    it in the current scope and, if pending, in the live registry. */
 lz_tensor *lz_tensor_wrap(lz_node *node);
 /* An internal handle on node (takes over the caller's reference) that
-   autograd keeps as a saved value: in the live registry if pending, but in
-   no scope and not among lz_all_first's tensors, so capture never binds a
-   user's buffer to it. */
-lz_tensor *lz_tensor_saved(lz_node *node);
+   autograd keeps as a saved value: in no scope and not among
+   lz_all_first's tensors, so capture never binds a user's buffer to it; in
+   the live registry if pending and live (a barrier materialises it rather
+   than leaving it to be recomputed). */
+lz_tensor *lz_tensor_saved(lz_node *node, int live);
 /* Points t at node (takes over the caller's reference). A new value ends
    the autograd record that described the old one (lz_ag_overwritten). */
 void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
