@@ -5,7 +5,7 @@
  * those differed.
  *
  *   LZ_DIFF_KINDS     kinds drawn (default: those expected to pass)
- *   LZ_DIFF_PROGRAMS  how many programs (default 300)
+ *   LZ_DIFF_PROGRAMS  how many programs (default 1000)
  *   LZ_DIFF_FIRST     the first program's number (default 0)
  *   LZ_DIFF_VERBOSE   1: print every differing program, not the first 5 */
 #include <math.h>
@@ -30,7 +30,7 @@ static long env_long(const char *name, long dflt)
 int main(void)
 {
     if (diff_read_kinds() != 0) return 1;
-    long n = env_long("LZ_DIFF_PROGRAMS", 300), first = env_long("LZ_DIFF_FIRST", 0);
+    long n = env_long("LZ_DIFF_PROGRAMS", 1000), first = env_long("LZ_DIFF_FIRST", 0);
     int verbose = env_long("LZ_DIFF_VERBOSE", 0) != 0;
     int used[K_COUNT] = {0}, bad[K_COUNT] = {0}, differs = 0;
     char on[512];
