@@ -130,7 +130,7 @@ LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 
 /* ---- reductions ------------------------------------------------------ */
 
-LZ_API lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d */
+LZ_API lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d; i32 sums to i64 (torch) */
 LZ_API lz_tensor *lz_mean(lz_tensor *x);                  /* all elements -> 0-d */
 /* 0-d f32: 1 when every element of x is finite, 0 when any is NaN or
    +-Inf; no gradient. An op of the graph like any other, so a step that

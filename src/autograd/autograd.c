@@ -22,7 +22,32 @@ void lz_no_grad_end(void)
 int  lz_grad_enabled(void) { return no_grad_depth == 0; }
 void lz_autograd_shutdown(void) { no_grad_depth = 0; }
 
-int lz_needs_grad(const lz_tensor *t) { return t && (t->requires_grad || t->ag); }
+static int is_dead(const lz_ag *ag) { return ag && ag->state != LZ_AG_LIVE; }
+
+int lz_needs_grad(const lz_tensor *t)
+{
+    return t && (t->requires_grad || (t->ag && t->ag->state == LZ_AG_LIVE));
+}
+
+/* An internal handle on t's current value: it keeps the node, not the
+   tensor, so a later lz_assign to t does not change it. An input's value
+   is live, as the input tensor the record used to hold was: a barrier
+   before the backward materialises it. The output's is not: the output
+   tensor, if still held, is live itself, and a value saved only for a
+   record nobody can reach any more must not become a capture's state. */
+static lz_tensor *save_value(const lz_tensor *t, int live)
+{
+    lz_node_ref(t->node);
+    lz_tensor *s = lz_tensor_saved(t->node, live);
+    s->requires_grad = lz_needs_grad(t);
+    return s;
+}
+
+static void set_ag(lz_tensor *out, lz_ag *ag)
+{
+    if (out->ag) lz_ag_unref(out->ag);
+    out->ag = ag;
+}
 
 static int lost_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
 {
@@ -33,40 +58,117 @@ static int lost_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_te
 
 /* Stands for a record that could not be allocated: the tensor still needs
    a gradient, and a backward through it fails instead of skipping it. */
-static lz_ag lost_record = {.backward = lost_backward, .name = "a lost record"};
+static lz_ag lost_record = {.refs = 1 << 30, .backward = lost_backward, .name = "a lost record"};
+
+/* Stands for an overwritten mark that could not be allocated: still an
+   error at backward, with a vaguer name. */
+static lz_ag lost_overwritten = {.refs = 1 << 30, .state = LZ_AG_OVERWRITTEN, .name = "an op"};
 
 void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
                   int n_in, lz_tensor *const *in, const lz_attrs *attrs)
 {
     if (!out || !lz_grad_enabled()) return;
     int any = 0;
-    for (int i = 0; i < n_in; i++) any |= lz_needs_grad(in[i]);
-    if (!any) return;
-    lz_ag *ag = lz_host_calloc(1, sizeof *ag + sizeof(lz_tensor *) * (size_t)n_in);
+    lz_ag *dead = NULL;
+    for (int i = 0; i < n_in; i++) {
+        any |= lz_needs_grad(in[i]);
+        if (!dead && is_dead(in[i]->ag)) dead = in[i]->ag;
+    }
+    if (!any) {
+        /* made only from values whose graph is gone: a backward from out
+           must say so, not that nothing requires grad */
+        if (dead && dead != out->ag) {
+            dead->refs++;
+            set_ag(out, dead);
+        }
+        return;
+    }
+    size_t n = (size_t)n_in;
+    lz_ag *ag = lz_host_calloc(1, sizeof *ag + n * (2 * sizeof(lz_tensor *) + sizeof(lz_ag *)));
     if (!ag) {
         lz_errorf("%s: out of memory recording it for autograd", name);
-        ag = &lost_record;
-        n_in = 0;
+        lost_record.refs++;
+        set_ag(out, &lost_record);
+        return;
     }
-    if (ag != &lost_record) {
-        ag->backward = fn;
-        ag->name = name;
-        if (attrs) ag->attrs = *attrs;
-        ag->n_in = n_in;
-    }
+    ag->refs = 1;
+    ag->backward = fn;
+    ag->name = name;
+    if (attrs) ag->attrs = *attrs;
+    ag->n_in = n_in;
+    ag->leaf = ag->in + n;
+    ag->fn = (lz_ag **)(ag->leaf + n);
     for (int i = 0; i < n_in; i++) {
-        ag->in[i] = in[i];
-        lz_tensor_ref(in[i]);
+        ag->in[i] = save_value(in[i], 1);
+        if (in[i]->ag) {
+            ag->fn[i] = in[i]->ag;
+            ag->fn[i]->refs++;
+        } else if (in[i]->requires_grad) {
+            ag->leaf[i] = in[i];
+            lz_tensor_ref(in[i]);
+        }
     }
-    if (out->ag) lz_ag_free(out->ag);
-    out->ag = ag;
+    ag->out = save_value(out, 0);
+    set_ag(out, ag);
 }
 
-void lz_ag_free(lz_ag *ag)
+/* Drops what a live record holds: saved values and edges. */
+static void drop_contents(lz_ag *ag)
 {
-    if (ag == &lost_record) return;
-    for (int i = 0; i < ag->n_in; i++) lz_tensor_unref(ag->in[i]);
+    for (int i = 0; i < ag->n_in; i++) {
+        lz_tensor_unref(ag->in[i]);
+        if (ag->fn[i]) lz_ag_unref(ag->fn[i]);
+        lz_tensor_unref(ag->leaf[i]);
+        ag->in[i] = ag->leaf[i] = NULL;
+        ag->fn[i] = NULL;
+    }
+    lz_tensor_unref(ag->out);
+    ag->out = NULL;
+    if (ag->acc) { lz_tensor_unref(ag->acc); ag->acc = NULL; }
+}
+
+void lz_ag_unref(lz_ag *ag)
+{
+    if (!ag || --ag->refs > 0) return;
+    drop_contents(ag);
     free(ag);
+}
+
+void lz_ag_release(lz_ag *ag)
+{
+    if (ag->state != LZ_AG_LIVE || ag == &lost_record) return;
+    drop_contents(ag);
+    ag->state = LZ_AG_FREED;
+}
+
+void lz_ag_overwritten(lz_tensor *t)
+{
+    if (!t->ag || is_dead(t->ag)) return;
+    lz_ag *m = lz_host_calloc(1, sizeof *m);
+    if (!m) {
+        lost_overwritten.refs++;
+        set_ag(t, &lost_overwritten);
+        return;
+    }
+    m->refs = 1;
+    m->state = LZ_AG_OVERWRITTEN;
+    m->name = t->ag->name;
+    set_ag(t, m);
+}
+
+int lz_ag_dead_error(const lz_ag *ag)
+{
+    if (ag->state == LZ_AG_FREED)
+        return lz_errorf_int("lz_backward: the graph through %s was already freed by an earlier "
+                             "lz_backward (PyTorch: \"Trying to backward through the graph a second "
+                             "time\"); record the forward again before another backward",
+                             ag->name);
+    return lz_errorf_int("lz_backward: a tensor made by %s was overwritten (lz_assign or "
+                         "lz_copy_from_host) after that op was recorded and then used where a "
+                         "gradient is needed; the gradient of its new value is unknown (PyTorch: "
+                         "\"one of the variables needed for gradient computation has been modified "
+                         "by an inplace operation\"); make a new tensor instead of assigning",
+                         ag->name);
 }
 
 void lz_requires_grad(lz_tensor *t, int on)

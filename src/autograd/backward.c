@@ -1,7 +1,11 @@
 /* lz_backward: walks the autograd records from the loss in reverse
  * topological order. Every rule records ops, so the whole backward pass is
  * pending IR that the next barrier cuts together with the forward and the
- * update. */
+ * update.
+ *
+ * The graph's vertices are records (lz_ag) and leaves (tensors that require
+ * grad); the edges are those taken when each op was recorded, so a tensor
+ * re-pointed since then does not redirect a gradient. */
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
@@ -10,61 +14,101 @@
 #include "core/tensor.h"
 #include "core/thread.h"
 
-typedef struct tvec { lz_tensor **v; int n, cap; } tvec;
+/* A vertex: a record, or (fn NULL) a leaf. */
+typedef struct vtx { lz_ag *fn; lz_tensor *leaf; } vtx;
+typedef struct vvec { vtx *v; int n, cap; } vvec;
 
-/* 0, or -1 (out of memory; a keeps what it had) */
-static int push(tvec *a, lz_tensor *t)
+static int push(vvec *a, vtx x)
 {
     if (a->n == a->cap) {
         int cap = a->cap ? a->cap * 2 : 64;
-        lz_tensor **v = lz_host_realloc(a->v, sizeof *a->v * (size_t)cap);
+        vtx *v = lz_host_realloc(a->v, sizeof *a->v * (size_t)cap);
         if (!v) return -1;
         a->v = v, a->cap = cap;
     }
-    a->v[a->n++] = t;
+    a->v[a->n++] = x;
     return 0;
 }
 
-/* Post-order over the autograd records, iterative (deep networks). A
- * tensor's ag_epoch is 2*ep once expanded and 2*ep+1 once emitted. */
-static int topo_order(lz_tensor *root, uint32_t ep, tvec *order)
+static uint32_t *epoch_of(vtx x) { return x.fn ? &x.fn->epoch : &x.leaf->ag_epoch; }
+static lz_tensor **acc_of(vtx x) { return x.fn ? &x.fn->acc : &x.leaf->ag_acc; }
+
+/* The vertex input i of record ag sends its gradient to, if any: the
+   record that made it, or the leaf it was if that still requires grad. */
+static int edge(const lz_ag *ag, int i, vtx *to)
 {
-    tvec stack = {0};
+    if (ag->fn[i]) { *to = (vtx){ag->fn[i], NULL}; return 1; }
+    if (ag->leaf[i] && ag->leaf[i]->requires_grad) { *to = (vtx){NULL, ag->leaf[i]}; return 1; }
+    return 0;
+}
+
+/* Post-order over the vertices, iterative (deep networks). A vertex's epoch
+   is 2*ep once expanded and 2*ep+1 once emitted. Sets *dead to the first
+   dead record reached (the backward cannot run); -1 when out of memory. */
+static int topo_order(vtx root, uint32_t ep, vvec *order, lz_ag **dead)
+{
+    vvec stack = {0};
     int rc = push(&stack, root);
-    while (stack.n && rc == 0) {
-        lz_tensor *t = stack.v[stack.n - 1];
-        if (t->ag_epoch < 2 * ep) {
-            t->ag_epoch = 2 * ep;
-            if (t->ag)
-                for (int i = 0; i < t->ag->n_in; i++)
-                    if (lz_needs_grad(t->ag->in[i]) && t->ag->in[i]->ag_epoch < 2 * ep &&
-                        (rc = push(&stack, t->ag->in[i])) != 0)
-                        break;
+    *dead = NULL;
+    while (rc == 0 && stack.n && !*dead) {
+        vtx x = stack.v[stack.n - 1];
+        uint32_t *e = epoch_of(x);
+        if (*e < 2 * ep) {
+            *e = 2 * ep;
+            if (x.fn && x.fn->state != LZ_AG_LIVE) *dead = x.fn;
+            for (int i = 0; rc == 0 && x.fn && !*dead && i < x.fn->n_in; i++) {
+                vtx to;
+                if (edge(x.fn, i, &to) && *epoch_of(to) < 2 * ep) rc = push(&stack, to);
+            }
             continue;
         }
         stack.n--;
-        if (t->ag_epoch == 2 * ep + 1) continue;
-        t->ag_epoch = 2 * ep + 1;
-        rc = push(order, t);
+        if (*e == 2 * ep + 1) continue;
+        *e = 2 * ep + 1;
+        rc = push(order, x);
     }
     free(stack.v);
     return rc ? lz_errorf_int("lz_backward: out of memory ordering the autograd records") : 0;
 }
 
-/* Adds g (an owned handle) into t's accumulator for this pass. */
-static int accumulate(lz_tensor *t, lz_tensor *g)
+/* Adds g (an owned handle) into an accumulator. */
+static int accumulate(lz_tensor **acc, lz_tensor *g)
 {
-    if (!t->ag_acc) {
-        t->ag_acc = g;
+    if (!*acc) {
+        *acc = g;
         return 0;
     }
-    lz_tensor *sum = lz_add(t->ag_acc, g);
+    lz_tensor *sum = lz_add(*acc, g);
     lz_free(g);
     if (!sum) return -1;
     lz_scope_release(sum);
-    lz_free(t->ag_acc);
-    t->ag_acc = sum;
+    lz_free(*acc);
+    *acc = sum;
     return 0;
+}
+
+/* Runs ag's rule on gradient g and sends each input's gradient on. */
+static int run_rule(lz_ag *ag, lz_tensor *g, uint32_t ep)
+{
+    lz_tensor *gin_small[8] = {0}, **gin = gin_small;
+    if (ag->n_in > 8) {
+        gin = lz_host_calloc((size_t)ag->n_in, sizeof *gin);
+        if (!gin) return lz_errorf_int("lz_backward: out of memory in the backward of %s", ag->name);
+    }
+    lz_scope_begin();
+    int rc = ag->backward(ag, ag->out, g, gin);
+    for (int i = 0; i < ag->n_in; i++)
+        if (gin[i]) lz_scope_release(gin[i]);
+    lz_scope_end();
+    for (int i = 0; i < ag->n_in; i++) {
+        vtx to;
+        if (!gin[i]) continue;
+        if (rc == 0 && edge(ag, i, &to) && *epoch_of(to) >= 2 * ep) rc = accumulate(acc_of(to), gin[i]);
+        else lz_free(gin[i]);
+    }
+    if (rc && !lz_last_error()) lz_errorf("lz_backward: backward of %s failed", ag->name);
+    if (gin != gin_small) free(gin);
+    return rc;
 }
 
 static uint32_t pass_epoch;
@@ -79,26 +123,36 @@ int lz_backward(lz_tensor *loss)
                              lz_shape_str(s, loss->node->ndim, loss->node->shape),
                              (long long)lz_node_numel(loss->node));
     }
+    if (loss->ag && loss->ag->state != LZ_AG_LIVE) return lz_ag_dead_error(loss->ag);
     if (!lz_needs_grad(loss)) return lz_errorf_int("lz_backward: loss does not depend on any tensor that requires grad");
     uint32_t ep = ++pass_epoch;
-    tvec order = {0};
-    int rc = topo_order(loss, ep, &order);
+    vvec order = {0};
+    vtx root = loss->ag ? (vtx){loss->ag, NULL} : (vtx){NULL, loss};
+    lz_ag *dead;
+    int rc = topo_order(root, ep, &order, &dead);
+    if (rc != 0 || dead) {
+        /* nothing recorded, nothing freed: the graph is as it was */
+        free(order.v);
+        return rc ? rc : lz_ag_dead_error(dead);
+    }
 
     lz_no_grad_begin();
     /* d loss / d loss = 1: a constant 1 is one of the two values that may
        be baked into a graph */
     lz_attrs one = {.n_fattr = 1, .fattr = {1.0f}};
-    loss->ag_acc = rc ? NULL : lz_record(LZ_OP_FILL, LZ_F32, loss->node->ndim, loss->node->shape, 0, NULL, &one);
-    if (loss->ag_acc) lz_scope_release(loss->ag_acc);
+    lz_tensor *seed = lz_record(LZ_OP_FILL, LZ_F32, loss->node->ndim, loss->node->shape, 0, NULL, &one);
+    if (seed) lz_scope_release(seed);
     else rc = -1;
+    *acc_of(root) = seed;
 
     for (int k = order.n - 1; k >= 0 && rc == 0; k--) {
-        lz_tensor *t = order.v[k];
-        lz_tensor *g = t->ag_acc;
+        vtx x = order.v[k];
+        lz_tensor **acc = acc_of(x), *g = *acc;
         if (!g) continue;
-        t->ag_acc = NULL;
-        if (!t->ag) {
+        *acc = NULL;
+        if (!x.fn) {
             /* a leaf: add into its grad, keeping the grad's handle */
+            lz_tensor *t = x.leaf;
             if (!t->grad) {
                 t->grad = g;
                 continue;
@@ -109,40 +163,19 @@ int lz_backward(lz_tensor *loss)
             lz_free(g);
             continue;
         }
-        lz_ag *ag = t->ag;
-        lz_tensor *gin_small[8] = {0}, **gin = gin_small;
-        if (ag->n_in > 8 && !(gin = calloc((size_t)ag->n_in, sizeof *gin))) {
-            lz_free(g);
-            rc = lz_errorf_int("lz_backward: out of memory at %s", ag->name);
-            break;
-        }
-        lz_scope_begin();
-        rc = ag->backward(ag, t, g, gin);
-        for (int i = 0; i < ag->n_in; i++)
-            if (gin[i]) lz_scope_release(gin[i]);
-        lz_scope_end();
-        if (rc == 0) {
-            for (int i = 0; i < ag->n_in; i++) {
-                if (!gin[i]) continue;
-                if (!lz_needs_grad(ag->in[i]) || ag->in[i]->ag_epoch < 2 * ep) { lz_free(gin[i]); continue; }
-                if (rc == 0) rc = accumulate(ag->in[i], gin[i]);
-                else lz_free(gin[i]);
-            }
-        } else {
-            for (int i = 0; i < ag->n_in; i++) lz_free(gin[i]);
-            if (!lz_last_error()) lz_errorf("lz_backward: backward of %s failed", ag->name);
-        }
-        if (gin != gin_small) free(gin);
+        rc = run_rule(x.fn, g, ep);
         lz_free(g);
     }
     lz_no_grad_end();
 
-    /* The graph is used up, as in PyTorch: drop the records so saved
-       activations can be freed. */
+    /* The graph is used up, as in PyTorch: free the saved values (so the
+       activations can go) and leave each record marked freed, so a second
+       backward through it says so. */
     for (int k = 0; k < order.n; k++) {
-        lz_tensor *t = order.v[k];
-        if (t->ag_acc) { lz_free(t->ag_acc); t->ag_acc = NULL; }
-        if (t->ag) { lz_ag_free(t->ag); t->ag = NULL; }
+        vtx x = order.v[k];
+        lz_tensor **acc = acc_of(x);
+        if (*acc) { lz_free(*acc); *acc = NULL; }
+        if (x.fn) lz_ag_release(x.fn);
     }
     free(order.v);
     return rc;

@@ -75,9 +75,21 @@ lz_tensor *lz_tensor_wrap(lz_node *node)
     return t;
 }
 
+lz_tensor *lz_tensor_saved(lz_node *node, int live)
+{
+    lz_tensor *t = calloc(1, sizeof *t);
+    assert(t);
+    t->refs = 1;
+    t->internal = 1;
+    t->node = node;
+    if (!node->buf && live) live_add(t);
+    return t;
+}
+
 void lz_tensor_set_node(lz_tensor *t, lz_node *node)
 {
     lz_node *old = t->node;
+    if (t->ag && node != old) lz_ag_overwritten(t);
     if (old->buf && !node->buf) t->prev_buf_id = old->buf->id;
     t->node = node;
     lz_node_unref(old);
@@ -91,12 +103,14 @@ void lz_tensor_unref(lz_tensor *t)
 {
     if (!t || --t->refs > 0) return;
     live_remove(t);
-    if (t->all_prev) t->all_prev->all_next = t->all_next;
-    else all_head = t->all_next;
-    if (t->all_next) t->all_next->all_prev = t->all_prev;
+    if (!t->internal) {
+        if (t->all_prev) t->all_prev->all_next = t->all_next;
+        else all_head = t->all_next;
+        if (t->all_next) t->all_next->all_prev = t->all_prev;
+    }
     lz_node_unref(t->node);
     if (t->grad) lz_tensor_unref(t->grad);
-    if (t->ag) lz_ag_free(t->ag);
+    if (t->ag) lz_ag_unref(t->ag);
     free(t);
 }
 

@@ -17,6 +17,8 @@ struct lz_tensor {
     int in_live;
     /* every tensor, for capture's one-time mapping of buffers to tensors */
     lz_tensor *all_prev, *all_next;
+    int internal;            /* a value saved by autograd: in no scope and not in
+                                the every-tensor list (lz_tensor_saved) */
     /* autograd */
     int requires_grad;
     lz_tensor *grad;         /* accumulated gradient, owned */
@@ -49,7 +51,14 @@ struct lz_tensor {
    it in the current scope and, if pending, in the live registry. NULL (the
    reference dropped, an error set) when out of memory or node is NULL. */
 lz_tensor *lz_tensor_wrap(lz_node *node);
-/* Points t at node (takes over the caller's reference). */
+/* An internal handle on node (takes over the caller's reference) that
+   autograd keeps as a saved value: in no scope and not among
+   lz_all_first's tensors, so capture never binds a user's buffer to it; in
+   the live registry if pending and live (a barrier materialises it rather
+   than leaving it to be recomputed). */
+lz_tensor *lz_tensor_saved(lz_node *node, int live);
+/* Points t at node (takes over the caller's reference). A new value ends
+   the autograd record that described the old one (lz_ag_overwritten). */
 void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
 void       lz_tensor_ref(lz_tensor *t);
 /* The serial the next tensor made will have. */

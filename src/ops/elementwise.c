@@ -216,13 +216,17 @@ static int rsqrt_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tens
     return gin[0] ? 0 : -1;
 }
 
-/* d x^p = p x^(p-1); p is part of the op, so baking it adds no new key. */
+/* d x^p = p x^(p-1); p is part of the op, so baking it adds no new key.
+   As in PyTorch: p = 0 has gradient 0 everywhere (not 0 * x^-1, NaN at
+   x = 0), and x^-0.5 is 1/sqrt(x), so -0.0 gives -inf as torch's does. */
 static int pow_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
 {
     (void)out;
-    if (!lz_needs_grad(ag->in[0])) return 0;
+    lz_tensor *x = ag->in[0];
+    if (!lz_needs_grad(x)) return 0;
     float p = ag->attrs.fattr[0];
-    gin[0] = lz_scale_const(lz_mul(g, lz_pow(ag->in[0], p - 1.0f)), p);
+    if (p == 0.0f) gin[0] = zeros_like(x);
+    else gin[0] = lz_scale_const(lz_mul(g, p == 0.5f ? lz_rsqrt(x) : lz_pow(x, p - 1.0f)), p);
     return gin[0] ? 0 : -1;
 }
 

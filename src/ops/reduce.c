@@ -38,6 +38,13 @@ static lz_tensor *reduce(const char *name, lz_op op, lz_backward_fn bw, lz_tenso
         else if (keepdim) oshape[ond++] = 1;
     }
     lz_attrs at = {.n_iattr = 2, .iattr = {mask, keepdim ? 1 : 0}};
+    if (op == LZ_OP_SUM && dt == LZ_I32) {
+        /* torch's rule: a sum of int32 is int64, so 2e9 + 2e9 does not wrap */
+        lz_tensor *wide = lz_cast(x, LZ_I64);
+        lz_tensor *t = wide ? lz_record(op, LZ_I64, ond, oshape, 1, &wide, &at) : NULL;
+        lz_free(wide);
+        return t;
+    }
     lz_tensor *t = lz_record(op, dt, ond, oshape, 1, &x, &at);
     if (dt == LZ_F32) lz_ag_attach(t, name, bw, 1, &x, &at);
     return t;
