@@ -39,7 +39,7 @@ static lz_tensor *save_value(const lz_tensor *t, int live)
 {
     lz_node_ref(t->node);
     lz_tensor *s = lz_tensor_saved(t->node, live);
-    s->requires_grad = lz_needs_grad(t);
+    if (s) s->requires_grad = lz_needs_grad(t);
     return s;
 }
 
@@ -63,6 +63,8 @@ static lz_ag lost_record = {.refs = 1 << 30, .backward = lost_backward, .name = 
 /* Stands for an overwritten mark that could not be allocated: still an
    error at backward, with a vaguer name. */
 static lz_ag lost_overwritten = {.refs = 1 << 30, .state = LZ_AG_OVERWRITTEN, .name = "an op"};
+
+static void drop_contents(lz_ag *ag);
 
 void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
                   int n_in, lz_tensor *const *in, const lz_attrs *attrs)
@@ -109,6 +111,16 @@ void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
         }
     }
     ag->out = save_value(out, 0);
+    int saved = ag->out != NULL;
+    for (int i = 0; i < n_in; i++) saved &= ag->in[i] != NULL;
+    if (!saved) {
+        drop_contents(ag);
+        free(ag);
+        lz_errorf("%s: out of memory recording it for autograd", name);
+        lost_record.refs++;
+        set_ag(out, &lost_record);
+        return;
+    }
     set_ag(out, ag);
 }
 

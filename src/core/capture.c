@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/metrics.h"
@@ -885,16 +884,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     if (n_roots < 0) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
     double t0 = lz_now_ms();
     lz_graph g;
-    if (lz_graph_cut(&g, roots, n_roots) != 0) {
-        /* no memory to capture it: this call runs as a lazy step */
-        rc = lz_run_roots(roots, n_roots);
-        free(roots);
-        free(state);
-        drop_snapshot(&s);
-        if (rc != 0)
-            for (int j = 0; j < f->n_out; j++) { lz_free(out[j]); out[j] = NULL; }
-        return rc;
-    }
+    lz_graph_cut(&g, roots, n_roots);
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     free(roots);
@@ -909,24 +899,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         lz_executable_unref(exe);
         rc = -1;
     }
-    /* the trace's tables, all or none, before the trace changes */
-    size_t ns1 = (size_t)n_state + 1, no1 = (size_t)g.n_outputs + 1;
-    binding *slots = rc ? NULL : lz_host_calloc((size_t)g.n_inputs + 1, sizeof *slots);
-    out_desc *outputs = rc ? NULL : lz_host_calloc(no1, sizeof *outputs);
-    binding *returned = rc ? NULL : lz_host_calloc((size_t)f->n_out + 1, sizeof *returned);
-    int *state_slot = rc ? NULL : lz_host_malloc(sizeof *state_slot * ns1);
-    lz_tensor **grad_of = rc ? NULL : lz_host_calloc(ns1, sizeof *grad_of);
-    int *keep = rc ? NULL : lz_host_malloc(sizeof *keep * no1);
-    char *bound = rc ? NULL : lz_host_calloc(ns1, 1), *donates = rc ? NULL : lz_host_calloc(ns1, 1);
-    if (rc == 0 && !(slots && outputs && returned && state_slot && grad_of && keep && bound && donates)) {
-        /* fails the roots as a failed compile does: nothing stays pending */
-        lz_errorf("lz_call: out of memory recording the capture");
-        rc = lz_execute_graph(&g, NULL);
-        lz_executable_unref(exe);
-    }
     if (rc != 0) {
-        free(slots); free(outputs); free(returned); free(state_slot); free(grad_of);
-        free(keep); free(bound); free(donates);
         lz_graph_release(&g);
         free(live);
         drop_made_outputs(f, out, serial0);
@@ -1122,38 +1095,6 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         if (reuse[o]) continue;
         outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
         if (!outb[o]) rc = -1;
-    }
-    /* the results' handles and the state's new nodes too, before anything
-       is enqueued: a failure to make one leaves nothing half-updated */
-    lz_node *state_small[64], **state_nodes = state_small;
-    if (rc == 0 && tr->n_state > 64 && !(state_nodes = lz_host_malloc(sizeof *state_nodes * (size_t)tr->n_state)))
-        rc = lz_errorf_int("lz_call: out of memory starting a replay");
-    int made_out = 0, made_state = 0;
-    for (; rc == 0 && made_out < f->n_out; made_out++) {
-        int j = made_out;
-        const binding *b = &tr->returned[j];
-        if (b->kind == SRC_INPUT) {
-            out[j] = lz_retain(in[b->index]);
-            if (lz_scope_register(out[j]) != 0) { lz_tensor_unref(out[j]); rc = -1; break; }
-            continue;
-        }
-        lz_buffer *buf = b->kind == SRC_TENSOR ? b->t->node->buf : b->kind == SRC_CONST ? b->buf : outb[b->index];
-        const out_desc *d = b->kind < 0 ? &tr->outputs[b->index] : NULL;
-        const lz_node *like = b->kind == SRC_TENSOR ? b->t->node : NULL;
-        lz_node *n = d ? lz_node_new_data(buf, (lz_dtype)d->dtype, d->ndim, d->shape)
-                   : like ? lz_node_new_data(buf, (lz_dtype)like->dtype, like->ndim, like->shape)
-                          : lz_node_new_data(buf, LZ_F32, 0, NULL);
-        if (!(out[j] = lz_tensor_wrap(n))) { rc = -1; break; }
-    }
-    for (; rc == 0 && made_state < tr->n_state; made_state++) {
-        const out_desc *d = &tr->outputs[tr->state_slot[made_state]];
-        state_nodes[made_state] = lz_node_new_data(outb[tr->state_slot[made_state]], (lz_dtype)d->dtype,
-                                                   d->ndim, d->shape);
-        if (!state_nodes[made_state]) { rc = -1; break; }
-    }
-    if (rc != 0) {
-        for (int j = 0; j < made_out; j++) lz_free(out[j]);
-        for (int i = 0; i < made_state; i++) lz_node_unref(state_nodes[i]);
     }
     if (rc == 0) {
         for (int o = 0; o < tr->n_outputs; o++)

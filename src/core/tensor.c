@@ -77,8 +77,11 @@ lz_tensor *lz_tensor_wrap(lz_node *node)
 
 lz_tensor *lz_tensor_saved(lz_node *node, int live)
 {
-    lz_tensor *t = calloc(1, sizeof *t);
-    assert(t);
+    lz_tensor *t = lz_host_calloc(1, sizeof *t);
+    if (!t) {
+        lz_node_unref(node);
+        return lz_errorf("out of memory saving a value for autograd");
+    }
     t->refs = 1;
     t->internal = 1;
     t->node = node;
