@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/settings.h"
 #include "core/graph.h"
 #include "core/metrics.h"
 #include "core/step.h"
@@ -198,11 +199,7 @@ static int user_alive(const lz_tensor *t, int extra) { return t->refs - extra > 
 static int64_t check_every(void)
 {
     static int64_t every = -1;
-    if (every < 0) {
-        const char *env = getenv("LZ_CAPTURE_CHECK");
-        every = env ? strtoll(env, NULL, 10) : 0;
-        if (every < 0) every = 0;
-    }
+    if (every < 0) every = lz_setting_int(LZ_SETTING_CAPTURE_CHECK);
     return every;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/cache.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 static long long cause_counts[LZ_CAUSE_COUNT];
 static long long misses;              /* numbers the printed lines */
@@ -17,10 +18,7 @@ static int warned;
 static int explain_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *env = getenv("LZ_EXPLAIN_COMPILES");
-        on = env && env[0] == '1' && env[1] == '\0';
-    }
+    if (on < 0) on = (int)lz_setting_int(LZ_SETTING_EXPLAIN_COMPILES);
     return on;
 }
 
