@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/metrics.h"
+#include "runtime/omp_quiet.h"
 
 typedef struct job {
     lz_executable *exe;
@@ -154,6 +155,7 @@ static void *executor_main(void *arg)
    the OpenMP team it leads are released with it. */
 static void start_executor(void)
 {
+    lz_omp_quiet_start();
     int rc = pthread_create(&thread, NULL, executor_main, NULL);
     assert(rc == 0);
     (void)rc;
@@ -257,6 +259,7 @@ void lz_executor_shutdown(void)
     pthread_mutex_unlock(&mu);
     /* the thread drains the queue before it exits */
     pthread_join(thread, NULL);
+    lz_omp_quiet_stop();
     running = 0;
     stopping = 0;
     free(unreported_error);
