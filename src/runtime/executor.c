@@ -19,7 +19,12 @@ typedef struct job {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;   /* queue not empty */
-static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* a job finished */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* what the host waits for is done */
+/* under mu: what the recording thread (the only one that waits) waits for,
+   so a finished job wakes it only when that is done, not after every job
+   of a queue it waits to drain */
+static const lz_buffer *awaited;  /* its writes_pending reaching 0, or NULL */
+static int awaiting_all;          /* in_flight reaching 0 */
 static job *head, *tail;
 static int in_flight;            /* enqueued, not finished */
 static char *unreported_error;   /* first failure since the last wait_all */
@@ -111,6 +116,7 @@ static void run_job(job *j)
        timing hit it in test_capture_memory: 479 of 480 writes in place). */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < n_inputs; i++) job_unref(j->in[i]);
+    int wake = 0;
     for (int o = 0; o < n_outputs; o++) {
         lz_buffer *b = j->out[o];
         if (err && !(kept && kept[o])) {
@@ -118,12 +124,13 @@ static void run_job(job *j)
             b->error = strdup(err);
         }
         b->writes_pending--;
+        wake |= b == awaited && !b->writes_pending;
         job_unref(b);
     }
     free(kept);
     if (err && !unreported_error) unreported_error = strdup(err);
     in_flight--;
-    pthread_cond_broadcast(&done_cv);
+    if (wake || (awaiting_all && !in_flight)) pthread_cond_signal(&done_cv);
     pthread_mutex_unlock(&mu);
     free(err);
     free(j->in);
@@ -201,7 +208,9 @@ int lz_executor_wait_buffer(lz_buffer *b)
     }
     double t0 = lz_now_ms();
     pthread_mutex_lock(&mu);
+    awaited = b;
     while (b->writes_pending) pthread_cond_wait(&done_cv, &mu);
+    awaited = NULL;
     pthread_mutex_unlock(&mu);
     lz_counters.wait_ms += lz_now_ms() - t0;
     if (b->error) return lz_errorf_int("%s", b->error);
@@ -223,7 +232,9 @@ int lz_executor_wait_all(void)
     enqueued_since_wait = 0;
     double t0 = lz_now_ms();
     pthread_mutex_lock(&mu);
+    awaiting_all = 1;
     while (in_flight) pthread_cond_wait(&done_cv, &mu);
+    awaiting_all = 0;
     char *err = unreported_error;
     unreported_error = NULL;
     pthread_mutex_unlock(&mu);
