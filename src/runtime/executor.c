@@ -10,11 +10,13 @@
 #include "core/metrics.h"
 #include "runtime/omp_quiet.h"
 
+/* One allocation per job: the struct, then in[], out[] and keep[]. */
 typedef struct job {
     lz_executable *exe;
     lz_buffer **in, **out;
     int *keep;               /* per output: input slot it falls back to, or -1; may be NULL */
     struct job *next;
+    lz_buffer *slots[];      /* in[] then out[]; keep[] after them */
 } job;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -133,9 +135,6 @@ static void run_job(job *j)
     if (wake || (awaiting_all && !in_flight)) pthread_cond_signal(&done_cv);
     pthread_mutex_unlock(&mu);
     free(err);
-    free(j->in);
-    free(j->out);
-    free(j->keep);
     free(j);
 }
 
@@ -173,19 +172,18 @@ void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *co
                          const int *keep)
 {
     if (!running) start_executor();
-    job *j = calloc(1, sizeof *j);
-    assert(j);
     const lz_program *p = &exe->prog;
-    j->in = malloc(sizeof *j->in * (size_t)(p->n_inputs + 1));
-    j->out = malloc(sizeof *j->out * (size_t)(p->n_outputs + 1));
-    assert(j->in && j->out);
+    const size_t n_slots = (size_t)p->n_inputs + (size_t)p->n_outputs;
+    job *j = malloc(sizeof *j + sizeof(lz_buffer *) * n_slots +
+                    (keep ? sizeof(int) * (size_t)p->n_outputs : 0));
+    assert(j);
+    j->next = NULL;
+    j->in = j->slots;
+    j->out = j->slots + p->n_inputs;
+    j->keep = keep ? (int *)(j->slots + n_slots) : NULL;
     for (int i = 0; i < p->n_inputs; i++) { j->in[i] = in[i]; job_ref(in[i]); }
     for (int o = 0; o < p->n_outputs; o++) { j->out[o] = out[o]; job_ref(out[o]); }
-    if (keep) {
-        j->keep = malloc(sizeof *j->keep * (size_t)(p->n_outputs + 1));
-        assert(j->keep);
-        memcpy(j->keep, keep, sizeof *j->keep * (size_t)p->n_outputs);
-    }
+    if (keep) memcpy(j->keep, keep, sizeof *j->keep * (size_t)p->n_outputs);
     lz_executable_ref(exe);
     j->exe = exe;
     enqueued_since_wait = 1;

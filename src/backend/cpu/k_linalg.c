@@ -203,6 +203,17 @@ static void sum_lanes(float *acc, const float *e, int64_t n)
 static float row_sum_exp(const float *x, float mx, float *y, int64_t n)
 {
     float buf[EXP_BLK], acc[LANES] = {0};
+    if (n < LANES) {
+        /* one vector of LANES: a short row would otherwise run the exp as
+           scalar remainder code; the padding's exp(-inf) is exactly 0,
+           so the sum is the same */
+        float xs[LANES], e[LANES];
+        for (int i = 0; i < LANES; i++) xs[i] = i < n ? x[i] - mx : -INFINITY;
+        for (int i = 0; i < LANES; i++) e[i] = vexp_f32(xs[i]);
+        for (int64_t i = 0; y && i < n; i++) y[i] = e[i];
+        sum_lanes(acc, e, LANES);
+        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
     for (int64_t j0 = 0; j0 < n; j0 += EXP_BLK) {
         int64_t m = n - j0 < EXP_BLK ? n - j0 : EXP_BLK;
         float *e = y ? y + j0 : buf;
