@@ -72,8 +72,7 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
     char *out = ptrs[s->out];
     size_t osz = lz_dtype_size((lz_dtype)ov->dtype);
 
-#pragma omp parallel for schedule(static) if (ov->numel > PAR_MIN && items > 1)
-    for (int64_t it = 0; it < items; it++) {
+    LZ_PAR_FOR(ov->numel > PAR_MIN && items > 1, it, items, {
         int64_t r = it / nchunks, c0 = (it % nchunks) * CHUNK;
         int64_t len = inner - c0 < CHUNK ? inner - c0 : CHUNK;
         const void *src[MAX_IN];
@@ -86,7 +85,7 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
             src[k] = base[k] + (size_t)off * isz[k];
         }
         row(out + (size_t)(r * inner + c0) * osz, src, ist, len, s->fattr);
-    }
+    });
     return NULL;
 }
 
