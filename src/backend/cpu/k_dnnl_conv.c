@@ -12,128 +12,58 @@
  * im2col reads plain layouts only. On plain layouts oneDNN itself runs gemm
  * (x64:gemm:jit), measured no faster than k_conv.
  *
- * The rules below choose for steps on plain layouts only.
+ * The rules below choose for steps on plain layouts only, from per-shape
+ * timings of each way (docs/performance.md has the tables). The three
+ * reorders are fixed costs, each its own parallel region, and on deep
+ * layers the weight's reorder is the larger part, so: never 1x1 (the
+ * reorders cost more than the product); only from 32 MFLOP a step;
+ * forward and grad weight only while the weight has at most 8x the
+ * elements of input and output together; grad input only with 16+ input
+ * channels a group (oneDNN's kernel for 3 channels is slow); grad weight
+ * only with 128+ output pixels over the batch; and only a jit
+ * implementation (never oneDNN's reference or gemm fallbacks).
  *
- * Which steps (2 cores, OMP_NUM_THREADS=2, median of 40 runs, ms, im2col
- * vs oneDNN with the reorders, resnet18 shapes):
- *     N2 C64  16x16 3x3      fwd 0.34/0.26  data 0.35/0.26  weight 0.42/0.27
- *     N2 C256 4x4   3x3      fwd 0.43/0.44  data 0.61/0.41  weight 0.38/0.67
- *     N8 C64  32x32 3x3      fwd 5.8/3.8    data 6.2/4.8    weight 6.6/6.9
- *     N8 C3 128x128 7x7 s2   fwd 7.3/4.5    data 8.5/24.4   weight 9.4/7.7
- *     N8 C32 32x32 3x3 dw    fwd 0.59/0.22  data 0.58/0.24  weight 0.66/0.23
- *     N8 C64 32x32 1x1 s2    fwd 0.34/0.48  data 0.40/0.54  weight 0.46/3.1
- * and for small steps (squeezenet, mobilenet_v2 at batch 2, 64x64):
- *     N2 C16  15x15 3x3      fwd 0.11/0.21  data 0.11/0.22  weight 0.13/0.22
- *     N2 C128 8x8 3x3 s2     fwd 0.19/0.21  data 0.23/0.23  weight 0.19/0.35
- *     N2 C32  32x32 3x3 dw   fwd 0.13/0.27  data 0.13/0.72  weight 0.13/0.26
- * (the three reorders are fixed costs, each its own parallel region), and
- * for deep layers, where the weight's reorder is the larger part:
- *     N2 C512 8x8  3x3       fwd 4.7/5.2    data 5.8/5.5    weight 4.6/6.6
- *     N2 C256 16x16 3x3      fwd 4.2/3.9    data 5.0/4.0    weight 5.8/4.2
- *     N2 C64  64x64 3x3      fwd 7.9/4.0    data 9.8/4.8    weight 8.8/7.1
- * so: never 1x1 (the reorders cost more than the product); only from 32
- * MFLOP a step; forward and grad weight only while the
- * weight has at most 8x the elements of input and output together; grad
- * input only with 16+ input channels a group (oneDNN's kernel for 3
- * channels is slow); grad weight only with 128+ output pixels over the
- * batch; and only a jit implementation (never oneDNN's reference or gemm
- * fallbacks). The primitive alone, without the reorders, took 0.6-0.8x
- * of these times: what blocked layouts between steps save, where the
- * compiler keeps them.
- *
- * Depthwise steps always, whatever their size (they once needed 4 MFLOP):
- * k_conv.c's direct loops pay per row and tap, so on the small planes of
- * deep layers they ran 10-50x slower (N8, AMD EPYC, ms, lazyc/oneDNN):
- *     C1152 4x4 5x5          fwd 2.59/0.05  data 2.41/0.10
- *     C576 8x8 5x5 s2        fwd 1.50/0.04  data 1.26/0.11
- *     C480 8x8 3x3           fwd 0.85/0.06  data 0.79/0.08  weight 0.49/0.05
- *     C32 64x64 3x3          fwd 1.17/0.40  data 1.11/0.43  weight 1.81/0.43
- * (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay here).
+ * Depthwise steps always, whatever their size: k_conv.c's direct loops pay
+ * per row and tap, and on the small planes of deep layers ran 10-50x
+ * slower (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay
+ * here).
  *
  * A weight gradient whose activations the compiler keeps channel-blocked
  * has one other way: copy x and gy out of their blocks into rows, every
  * image side by side, and run one sgemm with all N*OH*OW output pixels as
- * its inner dimension (lz_cpu_conv_rows). On deep layers' small planes
- * oneDNN's kernel runs far from peak (resnet50's captured
- * step at bench size, N8, 2 cores, GFLOP/s oneDNN / rows, two runs each,
- * alternated):
- *     C512 4x4 3x3              78-91 / 114-126
- *     C512 -> 2048 4x4 1x1      82-83 / 127-141
- *     C2048 -> 512 4x4 1x1      53    / 107-134
- *     C1024 8x8 -> 4x4 1x1 s2   50-52 / 112-124
- *     C512 8x8 -> 4x4 3x3 s2    71-76 / 104-122
- * and resnext50_32x4d's 1x1 steps at 4x4 50-57 / 128-150: resnet50's
- * weight gradients took 154-175 ms a step against 188-193, resnext's
- * 186-194 against 211-234. With 512 pixels (8x8) the 1x1 steps were even
- * and the 3x3 step 1.3x faster on oneDNN, at 16x16 oneDNN 1.5x; so rows
- * only up to 256 pixels, and never grouped (resnext's 32 groups of 3x3 at
- * 4x4: 16-18 / 96-102, one thin product per group).
- *
- * The forward of a 1x1 step at 4x4 gains too, as one sgemm over the rows
- * whose result goes back into blocks (ms a step, three runs each,
- * alternated; the slowest rows run was in a slow stretch for every op):
- *     resnet50   C512 -> 2048    7.0-7.7 / 5.3-6.2
- *                C2048 -> 512    4.2-4.6 / 3.6-3.9
- *     resnext    C1024 -> 2048   9.8-10.5 / 7.0-9.6
- *                C2048 -> 1024  14.7-15.2 / 10.8-14.7
- * Its grad input on the same rows did not (resnet50's C2048 -> 512
- * 5.5-6.1 / 5.8-6.5: sgemm reads the weight transposed, 104-138 GFLOP/s);
- * over pixels [N*P, C], where the weight is read as it is (180-190
- * GFLOP/s) and the copies move whole blocks of 16 channels, it does
- * (three runs each, alternated):
- *     resnet50   C2048 -> 512    6.9-8.8 / 6.4-7.3
- *                C512 -> 2048    5.0-6.6 / 5.1-5.7
- *     resnext    C2048 -> 1024  16.0-20.4 / 11.9-12.8
- *                C1024 -> 2048  10.5-13.7 / 8.1-9.3
+ * its inner dimension (lz_cpu_conv_rows): on deep layers' small planes
+ * oneDNN's kernel runs far from peak. Rows only up to 256 pixels (at 512
+ * the 1x1 steps were even and 3x3 faster on oneDNN), and never grouped
+ * (one thin product per group). The forward of a 1x1 step at 4x4 gains
+ * too, as one sgemm over the rows whose result goes back into blocks; its
+ * grad input runs over pixels [N*P, C], where the weight is read as it is
+ * and the copies move whole blocks of 16 channels (on the rows sgemm
+ * would read the weight transposed).
  *
  * A 3x3 stride-1 step runs by Winograd's algorithm (oneDNN's F(4x4, 3x3),
  * on AVX-512: a quarter of the multiplications, in all three directions)
- * where it measured faster: 4x4 output tiles 85% or more filled, 32 or
- * more channels in and out, and 64 tiles over the batch, or 32 with 256
- * channels (winograd_fits); LZ_WINOGRAD=0 keeps every step direct.
- * Its values differ from the direct sum by rounding (test_conv_dnnl: 2e-6
- * relative, as the direct primitive's own). The primitive alone, nChw16c,
- * 2 cores, best of 6, ms, direct / Winograd, forward, grad input, grad
- * weight:
- *     N8 C64  128x128      54.2/25.5  53.4/25.4  76.1/25.6    (vgg16)
- *     N8 C256 32x32        54.7/23.3  66.8/25.1  70.6/44.4
- *     N8 C512 16x16        91.1/26.5  60.3/26.1  71.9/33.2
- *     N8 C512 8x8          16.6/12.0  13.0/11.2  15.7/13.9
- *     N8 C64  32x32         4.0/2.2    4.4/1.9    3.9/1.9     (resnet50)
- *     N8 C128 16x16         3.4/2.0    3.8/2.0    3.7/2.0
- *     N8 C256 8x8           3.0/2.9    3.1/3.0    3.1/2.7
- *     N2 C64  32x32         0.74/0.46  0.98/0.47  1.01/0.54
- *     N8 C32->128 15x15     0.63/0.42  0.68/0.49  0.68/0.65   (squeezenet)
- * and outside the rule (tiles over the batch):
- *     N8 C128 8x8   (32)    0.62/0.66  0.66/0.77  0.72/0.64
- *     N8 C64  8x8   (32)    0.16/0.21  0.16/0.21  0.17/0.17
- *     N2 C64  16x16 (32)    0.20/0.20  0.19/0.20  0.20/0.17
- *     N4 C256 8x8   (16)    1.27/1.96  1.34/2.19  1.49/1.95
- *     N2 C16  32x32 (128)   0.07/0.10  0.06/0.10  0.07/0.11
- *     N8 C16->64 31x31      0.63/0.69  0.93/0.75  0.82/1.07   (squeezenet)
- *     N8 C384->256 7x7      2.71/3.90  2.79/3.71  3.53/5.14   (alexnet)
- *     N8 C256 7x7           1.74/2.46  1.83/2.51  2.19/2.74
- *     N8 C512 4x4   (8)     3.2/7.2    3.2/7.4    4.9/11.1
- * vgg16's captured step at bench size went from 2036 to 1130 ms.
+ * where it measured faster, on Intel and on AMD (Zen 5): 4x4 output tiles
+ * 85% or more filled, 32 or more channels in and out, and 64 tiles over
+ * the batch, or 32 with 256 channels (winograd_fits); LZ_WINOGRAD=0 keeps
+ * every step direct. Its values differ from the direct sum by rounding
+ * (test_conv_dnnl: 2e-6 relative, as the direct primitive's own). Below
+ * AVX-512 oneDNN has no Winograd: the direct primitive runs, with the
+ * values LZ_WINOGRAD=0 gives.
  *
- * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
- * step shape once per process, every way it can run (oneDNN, or k_conv.c
- * one image per thread, or all images' columns in one product), and keeps
- * the fastest; a step state without a primitive then runs k_conv.c's
- * chosen path; a step on blocked layouts, oneDNN or the rows where
- * those apply. Off by default: a choice made on timings makes results
- * differ between runs. Timing resnet50's steps at bench size (Intel Xeon)
- * moved 13 of 70 choices, mostly 1x1 steps between one image at a time
- * and gathered, each by 5-25%.
+ * These rules come from measurements on two machines. LZ_DNNL_CONV=tune
+ * instead times each step shape once per process, every way it can run
+ * (oneDNN, or k_conv.c one image per thread, or all images' columns in
+ * one product), and keeps the fastest; a step state without a primitive
+ * then runs k_conv.c's chosen path; a step on blocked layouts, oneDNN or
+ * the rows where those apply. Off by default: a choice made on timings
+ * makes results differ between runs.
  *
- * On by default (LZ_DNNL_CONV=0 turns it off). It was off for a while:
- * test_model_parity's vgg16 and resnext50_32x4d failed with this mix and
- * passed with every conv on oneDNN and with none. The cause was the test's
- * batch, not the kernels: a ReLU input 7e-8 of its layer's largest (vgg16),
- * and a unit that PyTorch's own f32 run flips too once its weights move by
- * one rounding step (resnext's last block); model_parity.py now picks a
- * batch away from the kink and measures BN models' f32 error over several
- * draws. */
+ * On by default (LZ_DNNL_CONV=0 turns it off). Results with and without
+ * it, or with and without Winograd, differ by rounding; a model whose
+ * batch puts a ReLU input at its kink, or two inputs of a max-pooling
+ * window within rounding of each other, then takes another gradient on
+ * one unit (tests/reference/model_parity.py chooses and measures for
+ * that). */
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
