@@ -140,6 +140,7 @@ typedef struct host_note {
 } host_note;
 
 static lz_fn *tracing;
+static int library_state_made;   /* during this trace (lz_capture_note_library_state) */
 static const char *break_reason;
 static host_note *notes;
 static int n_notes, cap_notes;
@@ -150,6 +151,11 @@ int lz_capture_tracing(void) { return tracing != NULL; }
 void lz_capture_note_break(const char *reason)
 {
     if (tracing && !break_reason) break_reason = reason;
+}
+
+void lz_capture_note_library_state(void)
+{
+    if (tracing) library_state_made = 1;
 }
 
 void lz_capture_leaves_changed(void) { leaf_epoch++; }
@@ -846,6 +852,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     if (!kept) { drop_snapshot(&s); return lz_errorf_int("lz_call: out of memory"); }
     tracing = f;
     break_reason = NULL;
+    library_state_made = 0;
     drop_notes();
     int rc = run_function(f, in, out, kept);
     tracing = NULL;
@@ -861,7 +868,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         goto done;
     }
     if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
-    if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
+    if (library_state_made || (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out))) {
         tr->warmed_up = 1;
         rc = record_leaves(tr, &s, NULL, 0);
         tr->leaf_epoch = leaf_epoch;

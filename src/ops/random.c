@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "core/capture.h"
 #include "core/error.h"
 #include "core/thread.h"
 #include "ops/nn_internal.h"
@@ -43,6 +44,8 @@ static int rng_create(uint64_t seed)
     }
     rng_seed = ts;
     rng_counter = tc;
+    /* made inside a traced step, they would be taken for its temporaries */
+    lz_capture_note_library_state();
     return 0;
 }
 
