@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "core/error.h"
 #include "core/graph.h"
 #include "core/metrics.h"
@@ -78,7 +79,8 @@ typedef struct ret {
     int kind;
     int index;               /* RET_NEW: output slot; RET_SAME_INPUT: input */
     lz_tensor *t;            /* RET_SAME_TENSOR (held) */
-    binding wrap;            /* RET_WRAP: a new handle on this buffer */
+    binding wrap;            /* RET_WRAP: a new handle on this buffer, */
+    out_desc desc;           /* shaped as the tensor returned when traced */
     char retain, keep;       /* the step took a reference / lz_keep'd it */
 } ret;
 
@@ -118,6 +120,12 @@ typedef struct trace {
     alias_check *aliases;
     int n_live_check;
     lz_tensor **live_check;  /* every tensor above, once: must stay the program's */
+    /* a replay's scratch, made with the capture: a replay allocates only
+       the buffers, nodes and handles it hands out */
+    lz_buffer **inb, **outb; /* per input / output slot */
+    char *reuse;             /* per output slot: written over a state's buffer */
+    lz_node **new_node;      /* per state: its new value */
+    lz_tensor **new_grad;    /* per state: the gradient a replay makes */
     struct trace *next;
 } trace;
 
@@ -142,6 +150,7 @@ static lz_fn *tracing;
 static const char *break_reason;
 static host_note *notes;
 static int n_notes, cap_notes;
+static int notes_lost;       /* a note found no memory: this trace cannot be bound */
 static uint64_t leaf_epoch;
 
 int lz_capture_tracing(void) { return tracing != NULL; }
@@ -158,8 +167,12 @@ void lz_capture_note_host_data(lz_tensor *t, const char *op)
     if (!tracing || !t) return;
     if (n_notes == cap_notes) {
         int cap = cap_notes ? cap_notes * 2 : 16;
-        host_note *n = realloc(notes, sizeof *n * (size_t)cap);
-        if (!n) return;   /* only the warning loses it */
+        host_note *n = lz_host_realloc(notes, sizeof *n * (size_t)cap);
+        if (!n) {
+            /* bind_leaf would take a tensor made here for a constant */
+            notes_lost = 1;
+            return;
+        }
         notes = n;
         cap_notes = cap;
     }
@@ -175,6 +188,7 @@ static void drop_notes(void)
         lz_buffer_unref(notes[i].buf);
     }
     n_notes = 0;
+    notes_lost = 0;
 }
 
 /* A reference held by a capture: not the program's. */
@@ -210,7 +224,7 @@ lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out)
 {
     if (!fn) return lz_errorf("lz_capture: step function is NULL");
     if (n_in < 0 || n_out < 0) return lz_errorf("lz_capture: negative input or output count (%d, %d)", n_in, n_out);
-    lz_fn *f = calloc(1, sizeof *f);
+    lz_fn *f = lz_host_calloc(1, sizeof *f);
     if (!f) return lz_errorf("lz_capture: out of memory");
     f->fn = fn;
     f->ctx = ctx;
@@ -245,20 +259,20 @@ static int key_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 }
 
 /* A trace keyed by the inputs as they were when the call began (inbuf:
-   their buffers then). */
+   their buffers then); NULL with the error set when out of memory. */
 static trace *new_trace(lz_fn *f, lz_tensor *const *in, lz_buffer *const *inbuf)
 {
-    trace *tr = calloc(1, sizeof *tr);
+    trace *tr = lz_host_calloc(1, sizeof *tr);
     if (tr) {
-        tr->dtype = malloc((size_t)f->n_in + 1);
-        tr->ndim = malloc((size_t)f->n_in + 1);
-        tr->shape = malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
-        tr->alias = malloc(sizeof *tr->alias * (size_t)(f->n_in + 1));
+        tr->dtype = lz_host_malloc((size_t)f->n_in + 1);
+        tr->ndim = lz_host_malloc((size_t)f->n_in + 1);
+        tr->shape = lz_host_malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
+        tr->alias = lz_host_malloc(sizeof *tr->alias * (size_t)(f->n_in + 1));
     }
     if (!tr || !tr->dtype || !tr->ndim || !tr->shape || !tr->alias) {
         if (tr) { free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr->alias); }
         free(tr);
-        return lz_errorf("lz_call: out of memory for a new trace");
+        return lz_errorf("lz_call: out of memory keeping a new trace");
     }
     for (int k = 0; k < f->n_in; k++) {
         tr->dtype[k] = in[k]->node->dtype;
@@ -302,6 +316,8 @@ static void clear_capture(trace *tr)
     for (int i = 0; i < tr->n_alias; i++) { release(tr->aliases[i].a); release(tr->aliases[i].b); }
     free(tr->aliases);
     free(tr->live_check);
+    free(tr->inb); free(tr->outb); free(tr->reuse); free(tr->new_node); free(tr->new_grad);
+    tr->inb = tr->outb = NULL; tr->reuse = NULL; tr->new_node = NULL; tr->new_grad = NULL;
     tr->live_check = NULL;
     tr->n_live_check = 0;
     tr->slots = NULL; tr->outputs = NULL; tr->state = NULL; tr->keep = NULL; tr->aliases = NULL;
@@ -335,9 +351,13 @@ static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out, char *k
 {
     for (int j = 0; j < f->n_out; j++) out[j] = NULL;
     lz_clear_error();
-    lz_scope_begin();
+    if (lz_scope_open("lz_call") != 0) return -1;
     int rc = f->fn(f->ctx, in, out);
-    lz_scope_end_call(out, f->n_out, kept_out);
+    if (lz_scope_end_call(out, f->n_out, kept_out) != 0 && rc == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", lz_last_error());
+        rc = lz_errorf_int("lz_call: %s", msg);
+    }
     for (int j = 0; rc == 0 && j < f->n_out; j++)
         if (!out[j]) {
             /* an op the function did not check failed: its message is the cause */
@@ -379,17 +399,18 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
     int n = 0;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) n++;
     memset(s, 0, sizeof *s);
-    s->t = malloc(sizeof *s->t * (size_t)(n + 1));
-    s->buf = malloc(sizeof *s->buf * (size_t)(n + 1));
-    s->grad = malloc(sizeof *s->grad * (size_t)(n + 1));
-    s->gbuf = malloc(sizeof *s->gbuf * (size_t)(n + 1));
-    s->alive = malloc((size_t)n + 1);
-    s->retained = malloc(sizeof *s->retained * (size_t)(n + 1));
-    s->inbuf = malloc(sizeof *s->inbuf * (size_t)(n_in + 1));
+    s->t = lz_host_malloc(sizeof *s->t * (size_t)(n + 1));
+    s->buf = lz_host_malloc(sizeof *s->buf * (size_t)(n + 1));
+    s->grad = lz_host_malloc(sizeof *s->grad * (size_t)(n + 1));
+    s->gbuf = lz_host_malloc(sizeof *s->gbuf * (size_t)(n + 1));
+    s->alive = lz_host_malloc((size_t)n + 1);
+    s->retained = lz_host_malloc(sizeof *s->retained * (size_t)(n + 1));
+    s->inbuf = lz_host_malloc(sizeof *s->inbuf * (size_t)(n_in + 1));
     if (!s->t || !s->buf || !s->grad || !s->gbuf || !s->alive || !s->retained || !s->inbuf) {
         free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive); free(s->retained);
         free(s->inbuf);
-        return lz_errorf_int("lz_call: out of memory tracing %d tensors", n);
+        memset(s, 0, sizeof *s);
+        return lz_errorf_int("lz_call: out of memory starting a trace (%d tensors alive)", n);
     }
     s->epoch = ++snapshot_epoch;
     for (int k = 0; k < n_in; k++) s->inbuf[k] = in[k]->node->buf;
@@ -449,8 +470,8 @@ static int record_leaves(trace *tr, const snapshot *s, lz_buffer *const *grad_re
 {
     clear_leaves(tr);
     int n = 0;
-    leaf_key *lk = malloc(sizeof *lk * (size_t)(s->n + 1));
-    if (!lk) return lz_errorf_int("lz_call: out of memory");
+    leaf_key *lk = lz_host_malloc(sizeof *lk * (size_t)(s->n + 1));
+    if (!lk) return lz_errorf_int("lz_call: out of memory keying a trace by the gradients it reads");
     for (int i = 0; i < s->n; i++) {
         lz_tensor *t = s->t[i], *g0 = s->grad[i];
         int used = t->grad != g0 || (t->grad && !t->grad->node->buf);
@@ -526,12 +547,13 @@ static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node 
                        lz_tensor ***state, int *n_state)
 {
     int n_live = lz_live_count(), n_roots = 0, ns = 0;
-    *roots = malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
-    lz_tensor **st = malloc(sizeof *st * (size_t)(n_live + 1));
+    *roots = lz_host_malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
+    lz_tensor **st = lz_host_malloc(sizeof *st * (size_t)(n_live + 1));
     if (!*roots || !st) {
         free(*roots);
         free(st);
-        return lz_errorf_int("lz_call: out of memory cutting a graph of %d tensors", n_live);
+        *roots = NULL;
+        return lz_errorf_int("lz_call: out of memory collecting the traced step's %d pending tensors", n_live);
     }
     for (int j = 0; j < f->n_out; j++)
         if (!out[j]->node->buf) (*roots)[n_roots++] = out[j]->node;
@@ -620,18 +642,22 @@ static int compare_capture(const trace *tr, const lz_graph *g)
     return 0;
 }
 
-/* Pending work of a failed trace fails with it: nothing stays pending. */
+/* Pending work of a failed trace fails with it: nothing stays pending
+   (short of memory to cut it, it stays pending for the next barrier). */
 static void fail_pending(void)
 {
     lz_node **roots;
     int n = 0;
     lz_live_prune();
     if (!lz_live_count()) return;
-    roots = malloc(sizeof *roots * (size_t)lz_live_count());
+    roots = lz_host_malloc(sizeof *roots * (size_t)lz_live_count());
     if (!roots) return;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) roots[n++] = t->node;
     lz_graph g;
-    lz_graph_cut(&g, roots, n);
+    if (lz_graph_cut(&g, roots, n) != 0) {
+        free(roots);
+        return;
+    }
     char msg[512];
     snprintf(msg, sizeof msg, "%s", lz_last_error() ? lz_last_error() : "lz_call failed");
     lz_execute_graph(&g, NULL);
@@ -680,8 +706,13 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
             if (is_input) continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 4;
-                alias_check *na = realloc(a, sizeof *a * (size_t)cap);
-                if (!na) { tr->aliases = a; tr->n_alias = n; return lz_errorf_int("lz_call: out of memory"); }
+                alias_check *na = lz_host_realloc(a, sizeof *a * (size_t)cap);
+                if (!na) {
+                    /* what is held so far is the capture's to release */
+                    tr->aliases = a;
+                    tr->n_alias = n;
+                    return lz_errorf_int("lz_call: out of memory recording the aliases a replay checks");
+                }
                 a = na;
             }
             a[n].input = b->kind == SRC_INPUT ? b->index : -1;
@@ -706,12 +737,11 @@ static int add_check(lz_tensor **list, int n, lz_tensor *t)
 }
 
 /* The tensors guard_holds checks are alive, each once (a parameter is both
-   read and updated). */
-static int collect_live_checks(trace *tr)
+   read and updated), into tr->live_check (room for all). */
+static void collect_live_checks(trace *tr)
 {
-    int cap = tr->n_slots + tr->n_state + tr->n_leaves + tr->n_returned + 1, n = 0;
-    lz_tensor **list = malloc(sizeof *list * (size_t)cap);
-    if (!list) return lz_errorf_int("lz_call: out of memory");
+    lz_tensor **list = tr->live_check;
+    int n = 0;
     for (int i = 0; i < tr->n_slots; i++)
         if (tr->slots[i].kind == SRC_TENSOR) n = add_check(list, n, tr->slots[i].t);
     for (int i = 0; i < tr->n_state; i++)
@@ -719,9 +749,7 @@ static int collect_live_checks(trace *tr)
     for (int i = 0; i < tr->n_leaves; i++) n = add_check(list, n, tr->leaves[i].t);
     for (int j = 0; j < tr->n_returned; j++)
         if (tr->returned[j].kind == RET_SAME_TENSOR) n = add_check(list, n, tr->returned[j].t);
-    tr->live_check = list;
     tr->n_live_check = n;
-    return 0;
 }
 
 /* What a slot reads, as an identity: the tensor, the input index or the
@@ -736,34 +764,70 @@ static const void *binding_source(const trace *tr, const binding *b)
     }
 }
 
+/* The capture's tables and a replay's scratch, all or none (tr has none:
+   clear_capture). */
+static int alloc_capture(trace *tr, const lz_graph *g, int n_returned, int n_live)
+{
+    size_t ni = (size_t)g->n_inputs + 1, no = (size_t)g->n_outputs + 1, ns = (size_t)n_live + 1;
+    binding *slots = lz_host_calloc(ni, sizeof *slots);
+    out_desc *outputs = lz_host_calloc(no, sizeof *outputs);
+    ret *returned = lz_host_calloc((size_t)n_returned + 1, sizeof *returned);
+    state *st = lz_host_calloc(ns, sizeof *st);
+    int *keep = lz_host_malloc(sizeof *keep * no);
+    lz_tensor **live_check = lz_host_malloc(sizeof *live_check *
+                                            (ni + ns + (size_t)tr->n_leaves + (size_t)n_returned));
+    lz_buffer **inb = lz_host_malloc(sizeof *inb * ni), **outb = lz_host_malloc(sizeof *outb * no);
+    char *reuse = lz_host_malloc(no);
+    lz_node **new_node = lz_host_malloc(sizeof *new_node * ns);
+    lz_tensor **new_grad = lz_host_malloc(sizeof *new_grad * ns);
+    if (!slots || !outputs || !returned || !st || !keep || !live_check || !inb || !outb || !reuse ||
+        !new_node || !new_grad) {
+        free(slots); free(outputs); free(returned); free(st); free(keep); free(live_check);
+        free(inb); free(outb); free(reuse); free(new_node); free(new_grad);
+        return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs, %d outputs",
+                             g->n_inputs, g->n_outputs);
+    }
+    tr->n_slots = g->n_inputs;
+    tr->slots = slots;
+    tr->n_outputs = g->n_outputs;
+    tr->outputs = outputs;
+    tr->n_returned = n_returned;
+    tr->returned = returned;
+    tr->n_state = 0;
+    tr->state = st;
+    tr->keep = keep;
+    tr->live_check = live_check;
+    tr->inb = inb;
+    tr->outb = outb;
+    tr->reuse = reuse;
+    tr->new_node = new_node;
+    tr->new_grad = new_grad;
+    return 0;
+}
+
 /* Binds everything a replay of g needs. 0; 1 when the function frees a
    tensor alive across calls after reading it (it cannot be replayed: the
-   caller falls back to tracing every call); -1 on out of memory. */
+   caller falls back to tracing every call); -1 on out of memory (what is
+   bound so far is the capture's: clear_capture releases it). */
 static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, lz_tensor *const *in,
                         lz_tensor **out, const char *kept, const snapshot *s, lz_tensor **live, int n_live,
                         lz_tensor **freed)
 {
-    lz_buffer **bufs = malloc(sizeof *bufs * (size_t)(g->n_inputs + 1));
-    if (!bufs) return lz_errorf_int("lz_call: out of memory");
+    lz_buffer **bufs = lz_host_malloc(sizeof *bufs * (size_t)(g->n_inputs + 1));
+    if (!bufs) return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs", g->n_inputs);
     for (int i = 0; i < g->n_inputs; i++) bufs[i] = g->inputs[i]->buf;
     int rc = record_leaves(tr, s, bufs, g->n_inputs);
     free(bufs);
     if (rc) return -1;
     tr->leaf_epoch = leaf_epoch;
-    tr->n_slots = g->n_inputs;
-    tr->slots = calloc((size_t)g->n_inputs + 1, sizeof *tr->slots);
-    tr->n_outputs = g->n_outputs;
-    tr->outputs = calloc((size_t)g->n_outputs + 1, sizeof *tr->outputs);
-    tr->n_returned = f->n_out;
-    tr->returned = calloc((size_t)f->n_out + 1, sizeof *tr->returned);
-    tr->state = calloc((size_t)n_live + 1, sizeof *tr->state);
-    tr->keep = malloc(sizeof *tr->keep * (size_t)(g->n_outputs + 1));
-    if (!tr->slots || !tr->outputs || !tr->returned || !tr->state || !tr->keep)
-        return lz_errorf_int("lz_call: out of memory binding a capture");
     /* a slot read by a tensor the function updated binds to that tensor
        (its state), found through the cut's slot of each buffer */
-    lz_tensor **prefer = calloc((size_t)g->n_inputs + 1, sizeof *prefer);
-    if (!prefer) return lz_errorf_int("lz_call: out of memory binding a capture");
+    lz_tensor **prefer = lz_host_calloc((size_t)g->n_inputs + 1, sizeof *prefer);
+    if (!prefer) return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs", g->n_inputs);
+    if (alloc_capture(tr, g, f->n_out, n_live)) {
+        free(prefer);
+        return -1;
+    }
     for (int i = 0; i < s->n; i++) {
         lz_buffer *b = s->buf[i];
         if (s->t[i]->in_live && b && b->cut_slot >= 0 && b->cut_slot < g->n_inputs &&
@@ -800,6 +864,8 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         } else {
             r->kind = RET_WRAP;
             r->wrap = bind_leaf(tr, f, in, s, NULL, t->node->buf, NULL);
+            r->desc = (out_desc){.dtype = t->node->dtype, .ndim = t->node->ndim};
+            memcpy(r->desc.shape, t->node->shape, sizeof r->desc.shape);
         }
     }
     tr->n_state = 0;
@@ -829,7 +895,21 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
                       lz_program_may_overwrite(&exe->prog, st->slot, tr->keep[st->slot]);
     }
     if (record_aliases(tr, s, in, f->n_in)) return -1;
-    return collect_live_checks(tr);
+    collect_live_checks(tr);
+    return 0;
+}
+
+/* Short of memory to capture this call, it runs as the lazy step it
+   recorded (a later call traces again); if that fails too, nothing stays
+   pending and the outputs it made are dropped. */
+static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0)
+{
+    int rc = lz_step_all();
+    if (rc != 0) {
+        fail_pending();
+        drop_made_outputs(f, out, serial0);
+    }
+    return rc;
 }
 
 static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, int checking)
@@ -845,8 +925,11 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     uint64_t serial0 = lz_tensor_serial();
     snapshot s;
     if (take_snapshot(&s, in, f->n_in)) return -1;
-    char kept_small[16], *kept = f->n_out <= 16 ? kept_small : malloc((size_t)f->n_out);
-    if (!kept) { drop_snapshot(&s); return lz_errorf_int("lz_call: out of memory"); }
+    char kept_small[16], *kept = f->n_out <= 16 ? kept_small : lz_host_malloc((size_t)f->n_out);
+    if (!kept) {
+        drop_snapshot(&s);
+        return lz_errorf_int("lz_call: out of memory starting a trace of %d outputs", f->n_out);
+    }
     tracing = f;
     break_reason = NULL;
     drop_notes();
@@ -863,15 +946,18 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         if (rc != 0) drop_made_outputs(f, out, serial0);
         goto done;
     }
-    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
+    /* a tensor made here from host memory went unnoted: not bindable */
+    if (notes_lost) { rc = run_uncaptured(f, out, serial0); goto done; }
+    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = run_uncaptured(f, out, serial0); goto done; }
     if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
-        tr->warmed_up = 1;
-        rc = record_leaves(tr, &s, NULL, 0);
+        /* without its leaves recorded, the next call warms up again */
+        tr->warmed_up = record_leaves(tr, &s, NULL, 0) == 0;
         tr->leaf_epoch = leaf_epoch;
         lz_node **roots = NULL;
-        int n_roots = rc ? rc : trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : n_roots;
-        if (n_roots >= 0) free(roots);
+        int n_roots = trace_roots(f, out, s.epoch, &roots, NULL, NULL);
+        if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
+        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : 0;
+        free(roots);
         if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
         goto done;
     }
@@ -881,23 +967,38 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_tensor **live = NULL;
     int n_live = 0;
     int n_roots = trace_roots(f, out, s.epoch, &roots, &live, &n_live);
-    if (n_roots < 0) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
+    if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
     double t0 = lz_now_ms();
     lz_graph g;
-    lz_graph_cut(&g, roots, n_roots);
+    if (lz_graph_cut(&g, roots, n_roots) != 0) {
+        free(roots);
+        free(live);
+        rc = run_uncaptured(f, out, serial0);
+        goto done;
+    }
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     free(roots);
     lz_executable *exe = lz_find_or_compile(&g);
+    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
+       once bound anew (every tensor bound now was alive before the old
+       capture is dropped, so no address is reused) */
+    const void **was = NULL;
+    int n_was = checking && tr->captured ? tr->n_slots : 0;
     if (!exe) {
         rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
-    } else if (checking && tr->captured && compare_capture(tr, &g) != 0) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", lz_last_error());
-        lz_execute_graph(&g, NULL);
-        lz_errorf("%s", msg);
-        lz_executable_unref(exe);
-        rc = -1;
+    } else if (checking && tr->captured) {
+        if (compare_capture(tr, &g) == 0 && !(was = lz_host_malloc(sizeof *was * (size_t)(n_was + 1))))
+            lz_errorf("lz_call: LZ_CAPTURE_CHECK: out of memory comparing the capture's %d inputs", n_was);
+        if (!was) {
+            /* the call fails; the capture stays as it was */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", lz_last_error());
+            lz_execute_graph(&g, NULL);
+            lz_errorf("%s", msg);
+            lz_executable_unref(exe);
+            rc = -1;
+        }
     }
     if (rc != 0) {
         lz_graph_release(&g);
@@ -905,13 +1006,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         drop_made_outputs(f, out, serial0);
         goto done;
     }
-    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
-       only (every tensor bound now was alive before the old capture is
-       dropped, so no address is reused) */
-    const void **was = NULL;
-    int n_was = checking && tr->captured ? tr->n_slots : 0;
-    if (n_was && (was = malloc(sizeof *was * (size_t)n_was)))
-        for (int i = 0; i < n_was; i++) was[i] = binding_source(tr, &tr->slots[i]);
+    for (int i = 0; was && i < n_was; i++) was[i] = binding_source(tr, &tr->slots[i]);
     clear_capture(tr);
     if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
     tr->exe = exe;
@@ -1012,8 +1107,8 @@ static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *con
         }
         if (!pass) {
             if (!n) return 0;
-            ts = malloc(sizeof *ts * (size_t)(cap + 1));
-            if (!ts) return lz_errorf_int("lz_call: out of memory");
+            ts = lz_host_malloc(sizeof *ts * (size_t)(cap + 1));
+            if (!ts) return lz_errorf_int("lz_call: out of memory syncing %d pending inputs", n);
             n = 0;
         }
     }
@@ -1050,42 +1145,55 @@ static lz_node *output_node(const trace *tr, lz_buffer *buf, int o)
     return lz_node_new_data(buf, (lz_dtype)d->dtype, d->ndim, d->shape);
 }
 
-static lz_tensor *wrap_binding(const trace *tr, const binding *b, lz_tensor *const *in)
+/* A new handle on the buffer a returned tensor's binding reads now, shaped
+   as the tensor was when traced. */
+static lz_tensor *wrap_binding(const trace *tr, const ret *r, lz_tensor *const *in)
 {
+    const binding *b = &r->wrap;
     const lz_tensor *like = b->kind == SRC_INPUT ? in[b->index] : b->kind == SRC_TENSOR ? b->t
                           : b->kind == SRC_GRAD ? grad_of(tr, b->index) : NULL;
-    if (like) {
-        const lz_node *n = like->node;
-        return lz_tensor_wrap(lz_node_new_data(n->buf, (lz_dtype)n->dtype, n->ndim, n->shape));
+    lz_buffer *buf = like ? like->node->buf : b->buf;
+    return lz_tensor_wrap(lz_node_new_data(buf, (lz_dtype)r->desc.dtype, r->desc.ndim, r->desc.shape));
+}
+
+/* Drops what a failed replay made before enqueuing anything. */
+static void drop_made(trace *tr, const lz_fn *f, lz_tensor **out, int n_state)
+{
+    for (int j = 0; j < f->n_out; j++) {
+        lz_free(out[j]);   /* only new handles are set this early */
+        out[j] = NULL;
     }
-    return lz_tensor_wrap(lz_node_new_data(b->buf, LZ_F32, 0, NULL));
+    for (int i = 0; i < n_state; i++) {
+        if (tr->new_node[i]) lz_node_unref(tr->new_node[i]);
+        lz_free(tr->new_grad[i]);
+    }
 }
 
 static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
 {
     if (sync_pending_bindings(f, tr, in)) return -1;
-    lz_buffer *in_small[64], **inb = in_small;
-    lz_buffer *out_small[64], **outb = out_small;
-    char reuse_small[64], *reuse = reuse_small;
-    if (tr->n_slots > 64) inb = malloc(sizeof *inb * (size_t)tr->n_slots);
-    if (tr->n_outputs > 64) {
-        outb = malloc(sizeof *outb * (size_t)tr->n_outputs);
-        reuse = malloc((size_t)tr->n_outputs);
-    }
-    int rc = 0;
-    if (!inb || !outb || !reuse) {
-        rc = lz_errorf_int("lz_call: out of memory replaying %d inputs, %d outputs", tr->n_slots, tr->n_outputs);
-        goto out;
-    }
+    lz_buffer **inb = tr->inb, **outb = tr->outb;
+    char *reuse = tr->reuse;
+    int rc = 0, made_state = 0;
     for (int i = 0; i < tr->n_slots; i++) {
         const binding *b = &tr->slots[i];
         inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
                : b->kind == SRC_TENSOR ? b->t->node->buf
                : b->kind == SRC_GRAD ? grad_of(tr, b->index)->node->buf : b->buf;
     }
+    /* Every node and handle this replay hands out is made before anything
+       is enqueued, so that a failure leaves the state untouched. A returned
+       tensor the step did not compute holds the value its source had when
+       the call began, as in a direct call: made first, it also keeps that
+       buffer from being written over. */
+    for (int j = 0; j < f->n_out; j++) {
+        out[j] = NULL;
+        if (rc == 0 && tr->returned[j].kind == RET_WRAP && !(out[j] = wrap_binding(tr, &tr->returned[j], in)))
+            rc = -1;
+    }
     memset(reuse, 0, (size_t)tr->n_outputs);
     for (int o = 0; o < tr->n_outputs; o++) outb[o] = NULL;
-    for (int i = 0; i < tr->n_state; i++) {
+    for (int i = 0; i < tr->n_state && rc == 0; i++) {
         lz_buffer *b = reusable_state_buffer(f, tr, in, &tr->state[i]);
         int o = tr->state[i].slot;
         if (b && !outb[o]) { outb[o] = b; reuse[o] = 1; }
@@ -1096,7 +1204,29 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
         if (!outb[o]) rc = -1;
     }
-    if (rc == 0) {
+    for (; made_state < tr->n_state && rc == 0; made_state++) {
+        const state *st = &tr->state[made_state];
+        lz_node **n = &tr->new_node[made_state];
+        lz_tensor **g = &tr->new_grad[made_state];
+        *n = NULL;
+        *g = NULL;
+        if (st->kind == ST_NONE || st->slot < 0) continue;
+        if (!(*n = output_node(tr, outb[st->slot], st->slot))) { rc = -1; break; }
+        if (state_tensor(tr, st, in)) continue;
+        /* the leaf had no gradient: backward makes a new one */
+        *g = lz_tensor_wrap(*n);   /* frees the node if it fails */
+        *n = NULL;
+        if (!*g) { rc = -1; break; }
+        lz_scope_forget(*g);
+    }
+    for (int j = 0; j < f->n_out && rc == 0; j++) {
+        const ret *r = &tr->returned[j];
+        if (r->kind == RET_NEW && !(out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index))))
+            rc = -1;
+    }
+    if (rc != 0) {
+        drop_made(tr, f, out, made_state);
+    } else {
         for (int o = 0; o < tr->n_outputs; o++)
             if (reuse[o]) {
                 lz_buffer_ref(outb[o]);
@@ -1112,38 +1242,20 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
            state tensor is returned at its new value, as when traced) */
         for (int i = 0; i < tr->n_state; i++) {
             const state *st = &tr->state[i];
-            if (st->kind == ST_NONE || st->slot < 0) continue;
-            lz_tensor *t = state_tensor(tr, st, in);
-            lz_node *n = output_node(tr, outb[st->slot], st->slot);
-            if (t) {
-                lz_tensor_set_node(t, n);
-            } else {
-                /* the leaf had no gradient: backward makes a new one */
-                t = lz_tensor_wrap(n);
-                lz_scope_forget(t);
-                tr->leaves[st->index].t->grad = t;
-            }
+            if (tr->new_grad[i]) tr->leaves[st->index].t->grad = tr->new_grad[i];
+            else if (tr->new_node[i]) lz_tensor_set_node(state_tensor(tr, st, in), tr->new_node[i]);
         }
         for (int j = 0; j < f->n_out; j++) {
             const ret *r = &tr->returned[j];
-            switch (r->kind) {
-            case RET_NEW: out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index)); break;
-            case RET_WRAP: out[j] = wrap_binding(tr, &r->wrap, in); break;
-            case RET_SAME_INPUT: out[j] = r->retain ? lz_retain(in[r->index]) : in[r->index]; break;
-            default: out[j] = r->retain ? lz_retain(r->t) : r->t; break;
-            }
+            if (r->kind == RET_SAME_INPUT) out[j] = r->retain ? lz_retain(in[r->index]) : in[r->index];
+            else if (r->kind == RET_SAME_TENSOR) out[j] = r->retain ? lz_retain(r->t) : r->t;
             if (r->keep) lz_keep(out[j]);
         }
     }
     for (int o = 0; o < tr->n_outputs; o++)
         if (outb[o] && (rc == 0 || !reuse[o])) lz_buffer_unref(outb[o]);
-out:
-    if (reuse && reuse != reuse_small) free(reuse);
-    if (inb && inb != in_small) free(inb);
-    if (outb && outb != out_small) free(outb);
     if (rc != 0) {
         /* nothing enqueued: the state was not touched and keeps its values */
-        for (int j = 0; j < f->n_out; j++) out[j] = NULL;
         lz_executor_note_error(lz_last_error());
     }
     return rc;
