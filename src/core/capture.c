@@ -187,7 +187,11 @@ static void drop_notes(void)
         lz_tensor_unref(notes[i].t);
         lz_buffer_unref(notes[i].buf);
     }
-    n_notes = 0;
+    /* freed, not kept: one allocation per trace that makes host data, and
+       nothing left over at exit */
+    free(notes);
+    notes = NULL;
+    n_notes = cap_notes = 0;
     notes_lost = 0;
 }
 
