@@ -903,9 +903,10 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
     return 0;
 }
 
-/* Short of memory to capture this call, it runs as the lazy step it
-   recorded (a later call traces again); if that fails too, nothing stays
-   pending and the outputs it made are dropped. */
+/* Runs what a call recorded as a lazy step (a graph break, a function
+   traced on every call, or short of memory to capture it: a later call
+   traces again); if that fails, nothing stays pending and the outputs it
+   made are dropped. */
 static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0)
 {
     int rc = lz_step_all();
@@ -946,8 +947,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                         "(a graph break); it will be traced on every call\n", break_reason);
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
-        rc = lz_step_all();
-        if (rc != 0) drop_made_outputs(f, out, serial0);
+        rc = run_uncaptured(f, out, serial0);
         goto done;
     }
     /* a tensor made here from host memory went unnoted: not bindable */
@@ -1279,11 +1279,7 @@ int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
         if (f->fallback) lz_counters.capture_fallbacks++;
         uint64_t serial0 = lz_tensor_serial();
         int rc = run_function(f, in, out, NULL);
-        if (rc == 0 && lz_step_all() != 0) {
-            drop_made_outputs(f, out, serial0);
-            rc = -1;
-        }
-        return rc;
+        return rc == 0 ? run_uncaptured(f, out, serial0) : rc;
     }
     trace *tr = f->traces;
     while (tr && !key_matches(f, tr, in)) tr = tr->next;
