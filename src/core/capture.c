@@ -28,7 +28,11 @@
  * optimizer buffers) is not steady: it runs as a warm-up and the next call
  * with that key traces again. A trace that reads a value on the host, or
  * that frees a tensor alive across calls after reading it (state kept by
- * replacing a handle), is traced on every call. */
+ * replacing a handle), is traced on every call.
+ *
+ * Short of host memory, a call that cannot be captured runs as the lazy
+ * step it recorded, and a replay makes every node and handle it hands out
+ * before it enqueues anything, so a failure leaves the state untouched. */
 #include "core/capture.h"
 
 #include <inttypes.h>
