@@ -1180,8 +1180,14 @@ static void drop_made(trace *tr, const lz_fn *f, lz_tensor **out, int n_state)
 static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
 {
     if (sync_pending_bindings(f, tr, in)) return -1;
+    /* locals: the stores below could alias tr's fields */
     lz_buffer **inb = tr->inb, **outb = tr->outb;
     char *reuse = tr->reuse;
+    const state *states = tr->state;
+    const ret *returned = tr->returned;
+    lz_node **new_node = tr->new_node;
+    lz_tensor **new_grad = tr->new_grad;
+    const int n_state = tr->n_state, n_outputs = tr->n_outputs, n_out = f->n_out;
     int rc = 0, made_state = 0;
     for (int i = 0; i < tr->n_slots; i++) {
         const binding *b = &tr->slots[i];
@@ -1194,48 +1200,51 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
        tensor the step did not compute holds the value its source had when
        the call began, as in a direct call: made first, it also keeps that
        buffer from being written over. */
-    for (int j = 0; j < f->n_out; j++) {
+    for (int j = 0; j < n_out; j++) {
         out[j] = NULL;
-        if (rc == 0 && tr->returned[j].kind == RET_WRAP && !(out[j] = wrap_binding(tr, &tr->returned[j], in)))
-            rc = -1;
+        if (rc == 0 && returned[j].kind == RET_WRAP && !(out[j] = wrap_binding(tr, &returned[j], in))) rc = -1;
     }
-    memset(reuse, 0, (size_t)tr->n_outputs);
-    for (int o = 0; o < tr->n_outputs; o++) outb[o] = NULL;
-    for (int i = 0; i < tr->n_state && rc == 0; i++) {
-        lz_buffer *b = reusable_state_buffer(f, tr, in, &tr->state[i]);
-        int o = tr->state[i].slot;
+    memset(reuse, 0, (size_t)n_outputs);
+    for (int o = 0; o < n_outputs; o++) outb[o] = NULL;
+    for (int i = 0; i < n_state && rc == 0; i++) {
+        lz_buffer *b = reusable_state_buffer(f, tr, in, &states[i]);
+        int o = states[i].slot;
         if (b && !outb[o]) { outb[o] = b; reuse[o] = 1; }
     }
     /* reused buffers are changed only once nothing can fail */
-    for (int o = 0; o < tr->n_outputs && rc == 0; o++) {
+    for (int o = 0; o < n_outputs && rc == 0; o++) {
         if (reuse[o]) continue;
         outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
         if (!outb[o]) rc = -1;
     }
-    for (; made_state < tr->n_state && rc == 0; made_state++) {
-        const state *st = &tr->state[made_state];
-        lz_node **n = &tr->new_node[made_state];
-        lz_tensor **g = &tr->new_grad[made_state];
-        *n = NULL;
-        *g = NULL;
-        if (st->kind == ST_NONE || st->slot < 0) continue;
-        if (!(*n = output_node(tr, outb[st->slot], st->slot))) { rc = -1; break; }
-        if (state_tensor(tr, st, in)) continue;
-        /* the leaf had no gradient: backward makes a new one */
-        *g = lz_tensor_wrap(*n);   /* frees the node if it fails */
-        *n = NULL;
-        if (!*g) { rc = -1; break; }
-        lz_scope_forget(*g);
+    for (; made_state < n_state && rc == 0; made_state++) {
+        const state *st = &states[made_state];
+        lz_node *n = NULL;
+        lz_tensor *g = NULL;
+        if (st->kind != ST_NONE && st->slot >= 0) {
+            n = output_node(tr, outb[st->slot], st->slot);
+            if (!n) rc = -1;
+            else if (st->kind == ST_GRAD && !grad_of(tr, st->index)) {
+                /* the leaf had no gradient: backward makes a new one */
+                g = lz_tensor_wrap(n);   /* frees the node if it fails */
+                n = NULL;
+                if (!g) rc = -1;
+                else lz_scope_forget(g);
+            }
+        }
+        new_node[made_state] = n;
+        new_grad[made_state] = g;
+        if (rc) break;
     }
-    for (int j = 0; j < f->n_out && rc == 0; j++) {
-        const ret *r = &tr->returned[j];
+    for (int j = 0; j < n_out && rc == 0; j++) {
+        const ret *r = &returned[j];
         if (r->kind == RET_NEW && !(out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index))))
             rc = -1;
     }
     if (rc != 0) {
         drop_made(tr, f, out, made_state);
     } else {
-        for (int o = 0; o < tr->n_outputs; o++)
+        for (int o = 0; o < n_outputs; o++)
             if (reuse[o]) {
                 lz_buffer_ref(outb[o]);
                 lz_buffer_refill(outb[o]);
@@ -1248,19 +1257,18 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         lz_counters.capture_replays++;
         /* new values of the state, then the returned tensors (a returned
            state tensor is returned at its new value, as when traced) */
-        for (int i = 0; i < tr->n_state; i++) {
-            const state *st = &tr->state[i];
-            if (tr->new_grad[i]) tr->leaves[st->index].t->grad = tr->new_grad[i];
-            else if (tr->new_node[i]) lz_tensor_set_node(state_tensor(tr, st, in), tr->new_node[i]);
+        for (int i = 0; i < n_state; i++) {
+            if (new_grad[i]) tr->leaves[states[i].index].t->grad = new_grad[i];
+            else if (new_node[i]) lz_tensor_set_node(state_tensor(tr, &states[i], in), new_node[i]);
         }
-        for (int j = 0; j < f->n_out; j++) {
-            const ret *r = &tr->returned[j];
+        for (int j = 0; j < n_out; j++) {
+            const ret *r = &returned[j];
             if (r->kind == RET_SAME_INPUT) out[j] = r->retain ? lz_retain(in[r->index]) : in[r->index];
             else if (r->kind == RET_SAME_TENSOR) out[j] = r->retain ? lz_retain(r->t) : r->t;
             if (r->keep) lz_keep(out[j]);
         }
     }
-    for (int o = 0; o < tr->n_outputs; o++)
+    for (int o = 0; o < n_outputs; o++)
         if (outb[o] && (rc == 0 || !reuse[o])) lz_buffer_unref(outb[o]);
     if (rc != 0) {
         /* nothing enqueued: the state was not touched and keeps its values */
