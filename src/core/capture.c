@@ -701,8 +701,11 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
 {
     int n = 0, cap = 0;
     alias_check *a = NULL;
-    for (int k = 0; k < tr->n_slots; k++) {
-        const binding *b = &tr->slots[k];
+    /* the slots, then the sources of returned handles */
+    for (int k = 0; k < tr->n_slots + tr->n_returned; k++) {
+        const ret *r = k < tr->n_slots ? NULL : &tr->returned[k - tr->n_slots];
+        if (r && r->kind != RET_WRAP) continue;
+        const binding *b = r ? &r->wrap : &tr->slots[k];
         if (b->kind != SRC_INPUT && b->kind != SRC_TENSOR) continue;
         int si = b->kind == SRC_TENSOR ? snapshot_index(s, b->t) : -1;
         lz_buffer *buf = b->kind == SRC_INPUT ? s->inbuf[b->index] : si >= 0 ? s->buf[si] : b->t->node->buf;
@@ -1099,18 +1102,28 @@ static lz_tensor *state_tensor(const trace *tr, const state *st, lz_tensor *cons
     }
 }
 
-/* Inputs and state must be data; anything the caller left pending is
-   synced first (one extra graph, only when it happens). */
+/* The tensor a binding reads through (NULL: an input or a constant). */
+static lz_tensor *bound_tensor(const trace *tr, const binding *b)
+{
+    return b->kind == SRC_TENSOR ? b->t : b->kind == SRC_GRAD ? grad_of(tr, b->index) : NULL;
+}
+
+/* Inputs, slots and the sources of returned handles (RET_WRAP) must be
+   data; anything the caller left pending is synced first (one extra graph,
+   only when it happens). */
 static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 {
-    int n = 0, cap = f->n_in + tr->n_slots;
+    int n = 0, cap = f->n_in + tr->n_slots + tr->n_returned;
     lz_tensor **ts = NULL;
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < f->n_in; k++)
             if (!in[k]->node->buf) { if (pass) ts[n] = in[k]; n++; }
         for (int i = 0; i < tr->n_slots; i++) {
-            const binding *b = &tr->slots[i];
-            lz_tensor *t = b->kind == SRC_TENSOR ? b->t : b->kind == SRC_GRAD ? grad_of(tr, b->index) : NULL;
+            lz_tensor *t = bound_tensor(tr, &tr->slots[i]);
+            if (t && !t->node->buf) { if (pass) ts[n] = t; n++; }
+        }
+        for (int j = 0; j < tr->n_returned; j++) {
+            lz_tensor *t = tr->returned[j].kind == RET_WRAP ? bound_tensor(tr, &tr->returned[j].wrap) : NULL;
             if (t && !t->node->buf) { if (pass) ts[n] = t; n++; }
         }
         if (!pass) {
