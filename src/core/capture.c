@@ -28,7 +28,11 @@
  * optimizer buffers) is not steady: it runs as a warm-up and the next call
  * with that key traces again. A trace that reads a value on the host, or
  * that frees a tensor alive across calls after reading it (state kept by
- * replacing a handle), is traced on every call. */
+ * replacing a handle), is traced on every call.
+ *
+ * Short of host memory, a call that cannot be captured runs as the lazy
+ * step it recorded, and a replay makes every node and handle it hands out
+ * before it enqueues anything, so a failure leaves the state untouched. */
 #include "core/capture.h"
 
 #include <inttypes.h>
@@ -36,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/fault.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "core/graph.h"
@@ -79,7 +84,8 @@ typedef struct ret {
     int kind;
     int index;               /* RET_NEW: output slot; RET_SAME_INPUT: input */
     lz_tensor *t;            /* RET_SAME_TENSOR (held) */
-    binding wrap;            /* RET_WRAP: a new handle on this buffer */
+    binding wrap;            /* RET_WRAP: a new handle on this buffer, */
+    out_desc desc;           /* shaped as the tensor returned when traced */
     char retain, keep;       /* the step took a reference / lz_keep'd it */
 } ret;
 
@@ -119,6 +125,12 @@ typedef struct trace {
     alias_check *aliases;
     int n_live_check;
     lz_tensor **live_check;  /* every tensor above, once: must stay the program's */
+    /* a replay's scratch, made with the capture: a replay allocates only
+       the buffers, nodes and handles it hands out */
+    lz_buffer **inb, **outb; /* per input / output slot */
+    char *reuse;             /* per output slot: written over a state's buffer */
+    lz_node **new_node;      /* per state: its new value */
+    lz_tensor **new_grad;    /* per state: the gradient a replay makes */
     struct trace *next;
 } trace;
 
@@ -144,6 +156,7 @@ static int library_state_made;   /* during this trace (lz_capture_note_library_s
 static const char *break_reason;
 static host_note *notes;
 static int n_notes, cap_notes;
+static int notes_lost;       /* a note found no memory: this trace cannot be bound */
 static uint64_t leaf_epoch;
 
 int lz_capture_tracing(void) { return tracing != NULL; }
@@ -165,8 +178,12 @@ void lz_capture_note_host_data(lz_tensor *t, const char *op)
     if (!tracing || !t) return;
     if (n_notes == cap_notes) {
         int cap = cap_notes ? cap_notes * 2 : 16;
-        host_note *n = realloc(notes, sizeof *n * (size_t)cap);
-        if (!n) return;   /* only the warning loses it */
+        host_note *n = lz_host_realloc(notes, sizeof *n * (size_t)cap);
+        if (!n) {
+            /* bind_leaf would take a tensor made here for a constant */
+            notes_lost = 1;
+            return;
+        }
         notes = n;
         cap_notes = cap;
     }
@@ -181,7 +198,12 @@ static void drop_notes(void)
         lz_tensor_unref(notes[i].t);
         lz_buffer_unref(notes[i].buf);
     }
-    n_notes = 0;
+    /* freed, not kept: one allocation per trace that makes host data, and
+       nothing left over at exit */
+    free(notes);
+    notes = NULL;
+    n_notes = cap_notes = 0;
+    notes_lost = 0;
 }
 
 /* A reference held by a capture: not the program's. */
@@ -213,7 +235,7 @@ lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out)
 {
     if (!fn) return lz_errorf("lz_capture: step function is NULL");
     if (n_in < 0 || n_out < 0) return lz_errorf("lz_capture: negative input or output count (%d, %d)", n_in, n_out);
-    lz_fn *f = calloc(1, sizeof *f);
+    lz_fn *f = lz_host_calloc(1, sizeof *f);
     if (!f) return lz_errorf("lz_capture: out of memory");
     f->fn = fn;
     f->ctx = ctx;
@@ -248,20 +270,20 @@ static int key_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 }
 
 /* A trace keyed by the inputs as they were when the call began (inbuf:
-   their buffers then). */
+   their buffers then); NULL with the error set when out of memory. */
 static trace *new_trace(lz_fn *f, lz_tensor *const *in, lz_buffer *const *inbuf)
 {
-    trace *tr = calloc(1, sizeof *tr);
+    trace *tr = lz_host_calloc(1, sizeof *tr);
     if (tr) {
-        tr->dtype = malloc((size_t)f->n_in + 1);
-        tr->ndim = malloc((size_t)f->n_in + 1);
-        tr->shape = malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
-        tr->alias = malloc(sizeof *tr->alias * (size_t)(f->n_in + 1));
+        tr->dtype = lz_host_malloc((size_t)f->n_in + 1);
+        tr->ndim = lz_host_malloc((size_t)f->n_in + 1);
+        tr->shape = lz_host_malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
+        tr->alias = lz_host_malloc(sizeof *tr->alias * (size_t)(f->n_in + 1));
     }
     if (!tr || !tr->dtype || !tr->ndim || !tr->shape || !tr->alias) {
         if (tr) { free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr->alias); }
         free(tr);
-        return lz_errorf("lz_call: out of memory for a new trace");
+        return lz_errorf("lz_call: out of memory keeping a new trace");
     }
     for (int k = 0; k < f->n_in; k++) {
         tr->dtype[k] = in[k]->node->dtype;
@@ -305,6 +327,8 @@ static void clear_capture(trace *tr)
     for (int i = 0; i < tr->n_alias; i++) { release(tr->aliases[i].a); release(tr->aliases[i].b); }
     free(tr->aliases);
     free(tr->live_check);
+    free(tr->inb); free(tr->outb); free(tr->reuse); free(tr->new_node); free(tr->new_grad);
+    tr->inb = tr->outb = NULL; tr->reuse = NULL; tr->new_node = NULL; tr->new_grad = NULL;
     tr->live_check = NULL;
     tr->n_live_check = 0;
     tr->slots = NULL; tr->outputs = NULL; tr->state = NULL; tr->keep = NULL; tr->aliases = NULL;
@@ -338,9 +362,13 @@ static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out, char *k
 {
     for (int j = 0; j < f->n_out; j++) out[j] = NULL;
     lz_clear_error();
-    lz_scope_begin();
+    if (lz_scope_open("lz_call") != 0) return -1;
     int rc = f->fn(f->ctx, in, out);
-    lz_scope_end_call(out, f->n_out, kept_out);
+    if (lz_scope_end_call(out, f->n_out, kept_out) != 0 && rc == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", lz_last_error());
+        rc = lz_errorf_int("lz_call: %s", msg);
+    }
     for (int j = 0; rc == 0 && j < f->n_out; j++)
         if (!out[j]) {
             /* an op the function did not check failed: its message is the cause */
@@ -382,17 +410,18 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
     int n = 0;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) n++;
     memset(s, 0, sizeof *s);
-    s->t = malloc(sizeof *s->t * (size_t)(n + 1));
-    s->buf = malloc(sizeof *s->buf * (size_t)(n + 1));
-    s->grad = malloc(sizeof *s->grad * (size_t)(n + 1));
-    s->gbuf = malloc(sizeof *s->gbuf * (size_t)(n + 1));
-    s->alive = malloc((size_t)n + 1);
-    s->retained = malloc(sizeof *s->retained * (size_t)(n + 1));
-    s->inbuf = malloc(sizeof *s->inbuf * (size_t)(n_in + 1));
+    s->t = lz_host_malloc(sizeof *s->t * (size_t)(n + 1));
+    s->buf = lz_host_malloc(sizeof *s->buf * (size_t)(n + 1));
+    s->grad = lz_host_malloc(sizeof *s->grad * (size_t)(n + 1));
+    s->gbuf = lz_host_malloc(sizeof *s->gbuf * (size_t)(n + 1));
+    s->alive = lz_host_malloc((size_t)n + 1);
+    s->retained = lz_host_malloc(sizeof *s->retained * (size_t)(n + 1));
+    s->inbuf = lz_host_malloc(sizeof *s->inbuf * (size_t)(n_in + 1));
     if (!s->t || !s->buf || !s->grad || !s->gbuf || !s->alive || !s->retained || !s->inbuf) {
         free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive); free(s->retained);
         free(s->inbuf);
-        return lz_errorf_int("lz_call: out of memory tracing %d tensors", n);
+        memset(s, 0, sizeof *s);
+        return lz_errorf_int("lz_call: out of memory starting a trace (%d tensors alive)", n);
     }
     s->epoch = ++snapshot_epoch;
     for (int k = 0; k < n_in; k++) s->inbuf[k] = in[k]->node->buf;
@@ -452,8 +481,8 @@ static int record_leaves(trace *tr, const snapshot *s, lz_buffer *const *grad_re
 {
     clear_leaves(tr);
     int n = 0;
-    leaf_key *lk = malloc(sizeof *lk * (size_t)(s->n + 1));
-    if (!lk) return lz_errorf_int("lz_call: out of memory");
+    leaf_key *lk = lz_host_malloc(sizeof *lk * (size_t)(s->n + 1));
+    if (!lk) return lz_errorf_int("lz_call: out of memory keying a trace by the gradients it reads");
     for (int i = 0; i < s->n; i++) {
         lz_tensor *t = s->t[i], *g0 = s->grad[i];
         int used = t->grad != g0 || (t->grad && !t->grad->node->buf);
@@ -529,12 +558,13 @@ static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node 
                        lz_tensor ***state, int *n_state)
 {
     int n_live = lz_live_count(), n_roots = 0, ns = 0;
-    *roots = malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
-    lz_tensor **st = malloc(sizeof *st * (size_t)(n_live + 1));
+    *roots = lz_host_malloc(sizeof **roots * (size_t)(f->n_out + n_live + 1));
+    lz_tensor **st = lz_host_malloc(sizeof *st * (size_t)(n_live + 1));
     if (!*roots || !st) {
         free(*roots);
         free(st);
-        return lz_errorf_int("lz_call: out of memory cutting a graph of %d tensors", n_live);
+        *roots = NULL;
+        return lz_errorf_int("lz_call: out of memory collecting the traced step's %d pending tensors", n_live);
     }
     for (int j = 0; j < f->n_out; j++)
         if (!out[j]->node->buf) (*roots)[n_roots++] = out[j]->node;
@@ -623,18 +653,22 @@ static int compare_capture(const trace *tr, const lz_graph *g)
     return 0;
 }
 
-/* Pending work of a failed trace fails with it: nothing stays pending. */
+/* Pending work of a failed trace fails with it: nothing stays pending
+   (short of memory to cut it, it stays pending for the next barrier). */
 static void fail_pending(void)
 {
     lz_node **roots;
     int n = 0;
     lz_live_prune();
     if (!lz_live_count()) return;
-    roots = malloc(sizeof *roots * (size_t)lz_live_count());
+    roots = lz_host_malloc(sizeof *roots * (size_t)lz_live_count());
     if (!roots) return;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) roots[n++] = t->node;
     lz_graph g;
-    lz_graph_cut(&g, roots, n);
+    if (lz_graph_cut(&g, roots, n) != 0) {
+        free(roots);
+        return;
+    }
     char msg[512];
     snprintf(msg, sizeof msg, "%s", lz_last_error() ? lz_last_error() : "lz_call failed");
     lz_execute_graph(&g, NULL);
@@ -670,8 +704,11 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
 {
     int n = 0, cap = 0;
     alias_check *a = NULL;
-    for (int k = 0; k < tr->n_slots; k++) {
-        const binding *b = &tr->slots[k];
+    /* the slots, then the sources of returned handles */
+    for (int k = 0; k < tr->n_slots + tr->n_returned; k++) {
+        const ret *r = k < tr->n_slots ? NULL : &tr->returned[k - tr->n_slots];
+        if (r && r->kind != RET_WRAP) continue;
+        const binding *b = r ? &r->wrap : &tr->slots[k];
         if (b->kind != SRC_INPUT && b->kind != SRC_TENSOR) continue;
         int si = b->kind == SRC_TENSOR ? snapshot_index(s, b->t) : -1;
         lz_buffer *buf = b->kind == SRC_INPUT ? s->inbuf[b->index] : si >= 0 ? s->buf[si] : b->t->node->buf;
@@ -683,8 +720,13 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
             if (is_input) continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 4;
-                alias_check *na = realloc(a, sizeof *a * (size_t)cap);
-                if (!na) { tr->aliases = a; tr->n_alias = n; return lz_errorf_int("lz_call: out of memory"); }
+                alias_check *na = lz_host_realloc(a, sizeof *a * (size_t)cap);
+                if (!na) {
+                    /* what is held so far is the capture's to release */
+                    tr->aliases = a;
+                    tr->n_alias = n;
+                    return lz_errorf_int("lz_call: out of memory recording the aliases a replay checks");
+                }
                 a = na;
             }
             a[n].input = b->kind == SRC_INPUT ? b->index : -1;
@@ -709,12 +751,11 @@ static int add_check(lz_tensor **list, int n, lz_tensor *t)
 }
 
 /* The tensors guard_holds checks are alive, each once (a parameter is both
-   read and updated). */
-static int collect_live_checks(trace *tr)
+   read and updated), into tr->live_check (room for all). */
+static void collect_live_checks(trace *tr)
 {
-    int cap = tr->n_slots + tr->n_state + tr->n_leaves + tr->n_returned + 1, n = 0;
-    lz_tensor **list = malloc(sizeof *list * (size_t)cap);
-    if (!list) return lz_errorf_int("lz_call: out of memory");
+    lz_tensor **list = tr->live_check;
+    int n = 0;
     for (int i = 0; i < tr->n_slots; i++)
         if (tr->slots[i].kind == SRC_TENSOR) n = add_check(list, n, tr->slots[i].t);
     for (int i = 0; i < tr->n_state; i++)
@@ -722,9 +763,7 @@ static int collect_live_checks(trace *tr)
     for (int i = 0; i < tr->n_leaves; i++) n = add_check(list, n, tr->leaves[i].t);
     for (int j = 0; j < tr->n_returned; j++)
         if (tr->returned[j].kind == RET_SAME_TENSOR) n = add_check(list, n, tr->returned[j].t);
-    tr->live_check = list;
     tr->n_live_check = n;
-    return 0;
 }
 
 /* What a slot reads, as an identity: the tensor, the input index or the
@@ -739,34 +778,70 @@ static const void *binding_source(const trace *tr, const binding *b)
     }
 }
 
+/* The capture's tables and a replay's scratch, all or none (tr has none:
+   clear_capture). */
+static int alloc_capture(trace *tr, const lz_graph *g, int n_returned, int n_live)
+{
+    size_t ni = (size_t)g->n_inputs + 1, no = (size_t)g->n_outputs + 1, ns = (size_t)n_live + 1;
+    binding *slots = lz_host_calloc(ni, sizeof *slots);
+    out_desc *outputs = lz_host_calloc(no, sizeof *outputs);
+    ret *returned = lz_host_calloc((size_t)n_returned + 1, sizeof *returned);
+    state *st = lz_host_calloc(ns, sizeof *st);
+    int *keep = lz_host_malloc(sizeof *keep * no);
+    lz_tensor **live_check = lz_host_malloc(sizeof *live_check *
+                                            (ni + ns + (size_t)tr->n_leaves + (size_t)n_returned));
+    lz_buffer **inb = lz_host_malloc(sizeof *inb * ni), **outb = lz_host_malloc(sizeof *outb * no);
+    char *reuse = lz_host_malloc(no);
+    lz_node **new_node = lz_host_malloc(sizeof *new_node * ns);
+    lz_tensor **new_grad = lz_host_malloc(sizeof *new_grad * ns);
+    if (!slots || !outputs || !returned || !st || !keep || !live_check || !inb || !outb || !reuse ||
+        !new_node || !new_grad) {
+        free(slots); free(outputs); free(returned); free(st); free(keep); free(live_check);
+        free(inb); free(outb); free(reuse); free(new_node); free(new_grad);
+        return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs, %d outputs",
+                             g->n_inputs, g->n_outputs);
+    }
+    tr->n_slots = g->n_inputs;
+    tr->slots = slots;
+    tr->n_outputs = g->n_outputs;
+    tr->outputs = outputs;
+    tr->n_returned = n_returned;
+    tr->returned = returned;
+    tr->n_state = 0;
+    tr->state = st;
+    tr->keep = keep;
+    tr->live_check = live_check;
+    tr->inb = inb;
+    tr->outb = outb;
+    tr->reuse = reuse;
+    tr->new_node = new_node;
+    tr->new_grad = new_grad;
+    return 0;
+}
+
 /* Binds everything a replay of g needs. 0; 1 when the function frees a
    tensor alive across calls after reading it (it cannot be replayed: the
-   caller falls back to tracing every call); -1 on out of memory. */
+   caller falls back to tracing every call); -1 on out of memory (what is
+   bound so far is the capture's: clear_capture releases it). */
 static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, lz_tensor *const *in,
                         lz_tensor **out, const char *kept, const snapshot *s, lz_tensor **live, int n_live,
                         lz_tensor **freed)
 {
-    lz_buffer **bufs = malloc(sizeof *bufs * (size_t)(g->n_inputs + 1));
-    if (!bufs) return lz_errorf_int("lz_call: out of memory");
+    lz_buffer **bufs = lz_host_malloc(sizeof *bufs * (size_t)(g->n_inputs + 1));
+    if (!bufs) return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs", g->n_inputs);
     for (int i = 0; i < g->n_inputs; i++) bufs[i] = g->inputs[i]->buf;
     int rc = record_leaves(tr, s, bufs, g->n_inputs);
     free(bufs);
     if (rc) return -1;
     tr->leaf_epoch = leaf_epoch;
-    tr->n_slots = g->n_inputs;
-    tr->slots = calloc((size_t)g->n_inputs + 1, sizeof *tr->slots);
-    tr->n_outputs = g->n_outputs;
-    tr->outputs = calloc((size_t)g->n_outputs + 1, sizeof *tr->outputs);
-    tr->n_returned = f->n_out;
-    tr->returned = calloc((size_t)f->n_out + 1, sizeof *tr->returned);
-    tr->state = calloc((size_t)n_live + 1, sizeof *tr->state);
-    tr->keep = malloc(sizeof *tr->keep * (size_t)(g->n_outputs + 1));
-    if (!tr->slots || !tr->outputs || !tr->returned || !tr->state || !tr->keep)
-        return lz_errorf_int("lz_call: out of memory binding a capture");
     /* a slot read by a tensor the function updated binds to that tensor
        (its state), found through the cut's slot of each buffer */
-    lz_tensor **prefer = calloc((size_t)g->n_inputs + 1, sizeof *prefer);
-    if (!prefer) return lz_errorf_int("lz_call: out of memory binding a capture");
+    lz_tensor **prefer = lz_host_calloc((size_t)g->n_inputs + 1, sizeof *prefer);
+    if (!prefer) return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs", g->n_inputs);
+    if (alloc_capture(tr, g, f->n_out, n_live)) {
+        free(prefer);
+        return -1;
+    }
     for (int i = 0; i < s->n; i++) {
         lz_buffer *b = s->buf[i];
         if (s->t[i]->in_live && b && b->cut_slot >= 0 && b->cut_slot < g->n_inputs &&
@@ -803,6 +878,8 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         } else {
             r->kind = RET_WRAP;
             r->wrap = bind_leaf(tr, f, in, s, NULL, t->node->buf, NULL);
+            r->desc = (out_desc){.dtype = t->node->dtype, .ndim = t->node->ndim};
+            memcpy(r->desc.shape, t->node->shape, sizeof r->desc.shape);
         }
     }
     tr->n_state = 0;
@@ -832,7 +909,22 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
                       lz_program_may_overwrite(&exe->prog, st->slot, tr->keep[st->slot]);
     }
     if (record_aliases(tr, s, in, f->n_in)) return -1;
-    return collect_live_checks(tr);
+    collect_live_checks(tr);
+    return 0;
+}
+
+/* Runs what a call recorded as a lazy step (a graph break, a function
+   traced on every call, or short of memory to capture it: a later call
+   traces again); if that fails, nothing stays pending and the outputs it
+   made are dropped. */
+static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0)
+{
+    int rc = lz_step_all();
+    if (rc != 0) {
+        fail_pending();
+        drop_made_outputs(f, out, serial0);
+    }
+    return rc;
 }
 
 static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, int checking)
@@ -848,8 +940,11 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     uint64_t serial0 = lz_tensor_serial();
     snapshot s;
     if (take_snapshot(&s, in, f->n_in)) return -1;
-    char kept_small[16], *kept = f->n_out <= 16 ? kept_small : malloc((size_t)f->n_out);
-    if (!kept) { drop_snapshot(&s); return lz_errorf_int("lz_call: out of memory"); }
+    char kept_small[16], *kept = f->n_out <= 16 ? kept_small : lz_host_malloc((size_t)f->n_out);
+    if (!kept) {
+        drop_snapshot(&s);
+        return lz_errorf_int("lz_call: out of memory starting a trace of %d outputs", f->n_out);
+    }
     tracing = f;
     break_reason = NULL;
     library_state_made = 0;
@@ -863,19 +958,21 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                         "(a graph break); it will be traced on every call\n", break_reason);
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
-        rc = lz_step_all();
-        if (rc != 0) drop_made_outputs(f, out, serial0);
+        rc = run_uncaptured(f, out, serial0);
         goto done;
     }
-    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
+    /* a tensor made here from host memory went unnoted: not bindable */
+    if (notes_lost) { rc = run_uncaptured(f, out, serial0); goto done; }
+    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = run_uncaptured(f, out, serial0); goto done; }
     if (library_state_made || (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out))) {
-        tr->warmed_up = 1;
-        rc = record_leaves(tr, &s, NULL, 0);
+        /* without its leaves recorded, the next call warms up again */
+        tr->warmed_up = record_leaves(tr, &s, NULL, 0) == 0;
         tr->leaf_epoch = leaf_epoch;
         lz_node **roots = NULL;
-        int n_roots = rc ? rc : trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : n_roots;
-        if (n_roots >= 0) free(roots);
+        int n_roots = trace_roots(f, out, s.epoch, &roots, NULL, NULL);
+        if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
+        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : 0;
+        free(roots);
         if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
         goto done;
     }
@@ -885,23 +982,38 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_tensor **live = NULL;
     int n_live = 0;
     int n_roots = trace_roots(f, out, s.epoch, &roots, &live, &n_live);
-    if (n_roots < 0) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
+    if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
     double t0 = lz_now_ms();
     lz_graph g;
-    lz_graph_cut(&g, roots, n_roots);
+    if (lz_graph_cut(&g, roots, n_roots) != 0) {
+        free(roots);
+        free(live);
+        rc = run_uncaptured(f, out, serial0);
+        goto done;
+    }
     lz_counters.graphs++;
     lz_counters.trace_ms += lz_now_ms() - t0;
     free(roots);
     lz_executable *exe = lz_find_or_compile(&g);
+    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
+       once bound anew (every tensor bound now was alive before the old
+       capture is dropped, so no address is reused) */
+    const void **was = NULL;
+    int n_was = checking && tr->captured ? tr->n_slots : 0;
     if (!exe) {
         rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
-    } else if (checking && tr->captured && compare_capture(tr, &g) != 0) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", lz_last_error());
-        lz_execute_graph(&g, NULL);
-        lz_errorf("%s", msg);
-        lz_executable_unref(exe);
-        rc = -1;
+    } else if (checking && tr->captured) {
+        if (compare_capture(tr, &g) == 0 && !(was = lz_host_malloc(sizeof *was * (size_t)(n_was + 1))))
+            lz_errorf("lz_call: LZ_CAPTURE_CHECK: out of memory comparing the capture's %d inputs", n_was);
+        if (!was) {
+            /* the call fails; the capture stays as it was */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", lz_last_error());
+            lz_execute_graph(&g, NULL);
+            lz_errorf("%s", msg);
+            lz_executable_unref(exe);
+            rc = -1;
+        }
     }
     if (rc != 0) {
         lz_graph_release(&g);
@@ -909,13 +1021,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         drop_made_outputs(f, out, serial0);
         goto done;
     }
-    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
-       only (every tensor bound now was alive before the old capture is
-       dropped, so no address is reused) */
-    const void **was = NULL;
-    int n_was = checking && tr->captured ? tr->n_slots : 0;
-    if (n_was && (was = malloc(sizeof *was * (size_t)n_was)))
-        for (int i = 0; i < n_was; i++) was[i] = binding_source(tr, &tr->slots[i]);
+    for (int i = 0; was && i < n_was; i++) was[i] = binding_source(tr, &tr->slots[i]);
     clear_capture(tr);
     if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
     tr->exe = exe;
@@ -1000,24 +1106,34 @@ static lz_tensor *state_tensor(const trace *tr, const state *st, lz_tensor *cons
     }
 }
 
-/* Inputs and state must be data; anything the caller left pending is
-   synced first (one extra graph, only when it happens). */
+/* The tensor a binding reads through (NULL: an input or a constant). */
+static lz_tensor *bound_tensor(const trace *tr, const binding *b)
+{
+    return b->kind == SRC_TENSOR ? b->t : b->kind == SRC_GRAD ? grad_of(tr, b->index) : NULL;
+}
+
+/* Inputs, slots and the sources of returned handles (RET_WRAP) must be
+   data; anything the caller left pending is synced first (one extra graph,
+   only when it happens). */
 static int sync_pending_bindings(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 {
-    int n = 0, cap = f->n_in + tr->n_slots;
+    int n = 0, cap = f->n_in + tr->n_slots + tr->n_returned;
     lz_tensor **ts = NULL;
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < f->n_in; k++)
             if (!in[k]->node->buf) { if (pass) ts[n] = in[k]; n++; }
         for (int i = 0; i < tr->n_slots; i++) {
-            const binding *b = &tr->slots[i];
-            lz_tensor *t = b->kind == SRC_TENSOR ? b->t : b->kind == SRC_GRAD ? grad_of(tr, b->index) : NULL;
+            lz_tensor *t = bound_tensor(tr, &tr->slots[i]);
+            if (t && !t->node->buf) { if (pass) ts[n] = t; n++; }
+        }
+        for (int j = 0; j < tr->n_returned; j++) {
+            lz_tensor *t = tr->returned[j].kind == RET_WRAP ? bound_tensor(tr, &tr->returned[j].wrap) : NULL;
             if (t && !t->node->buf) { if (pass) ts[n] = t; n++; }
         }
         if (!pass) {
             if (!n) return 0;
-            ts = malloc(sizeof *ts * (size_t)(cap + 1));
-            if (!ts) return lz_errorf_int("lz_call: out of memory");
+            ts = lz_host_malloc(sizeof *ts * (size_t)(cap + 1));
+            if (!ts) return lz_errorf_int("lz_call: out of memory syncing %d pending inputs", n);
             n = 0;
         }
     }
@@ -1054,54 +1170,98 @@ static lz_node *output_node(const trace *tr, lz_buffer *buf, int o)
     return lz_node_new_data(buf, (lz_dtype)d->dtype, d->ndim, d->shape);
 }
 
-static lz_tensor *wrap_binding(const trace *tr, const binding *b, lz_tensor *const *in)
+/* A new handle on the buffer a returned tensor's binding reads now, shaped
+   as the tensor was when traced. */
+static lz_tensor *wrap_binding(const trace *tr, const ret *r, lz_tensor *const *in)
 {
+    const binding *b = &r->wrap;
     const lz_tensor *like = b->kind == SRC_INPUT ? in[b->index] : b->kind == SRC_TENSOR ? b->t
                           : b->kind == SRC_GRAD ? grad_of(tr, b->index) : NULL;
-    if (like) {
-        const lz_node *n = like->node;
-        return lz_tensor_wrap(lz_node_new_data(n->buf, (lz_dtype)n->dtype, n->ndim, n->shape));
+    lz_buffer *buf = like ? like->node->buf : b->buf;
+    return lz_tensor_wrap(lz_node_new_data(buf, (lz_dtype)r->desc.dtype, r->desc.ndim, r->desc.shape));
+}
+
+/* Drops what a failed replay made before enqueuing anything. */
+static void drop_made(trace *tr, const lz_fn *f, lz_tensor **out, int n_state)
+{
+    for (int j = 0; j < f->n_out; j++) {
+        lz_free(out[j]);   /* only new handles are set this early */
+        out[j] = NULL;
     }
-    return lz_tensor_wrap(lz_node_new_data(b->buf, LZ_F32, 0, NULL));
+    for (int i = 0; i < n_state; i++) {
+        if (tr->new_node[i]) lz_node_unref(tr->new_node[i]);
+        lz_free(tr->new_grad[i]);
+    }
 }
 
 static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
 {
     if (sync_pending_bindings(f, tr, in)) return -1;
-    lz_buffer *in_small[64], **inb = in_small;
-    lz_buffer *out_small[64], **outb = out_small;
-    char reuse_small[64], *reuse = reuse_small;
-    if (tr->n_slots > 64) inb = malloc(sizeof *inb * (size_t)tr->n_slots);
-    if (tr->n_outputs > 64) {
-        outb = malloc(sizeof *outb * (size_t)tr->n_outputs);
-        reuse = malloc((size_t)tr->n_outputs);
-    }
-    int rc = 0;
-    if (!inb || !outb || !reuse) {
-        rc = lz_errorf_int("lz_call: out of memory replaying %d inputs, %d outputs", tr->n_slots, tr->n_outputs);
-        goto out;
-    }
+    /* locals: the stores below could alias tr's fields */
+    lz_buffer **inb = tr->inb, **outb = tr->outb;
+    char *reuse = tr->reuse;
+    const state *states = tr->state;
+    const ret *returned = tr->returned;
+    lz_node **new_node = tr->new_node;
+    lz_tensor **new_grad = tr->new_grad;
+    const int n_state = tr->n_state, n_outputs = tr->n_outputs, n_out = f->n_out;
+    int rc = 0, made_state = 0;
     for (int i = 0; i < tr->n_slots; i++) {
         const binding *b = &tr->slots[i];
         inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
                : b->kind == SRC_TENSOR ? b->t->node->buf
                : b->kind == SRC_GRAD ? grad_of(tr, b->index)->node->buf : b->buf;
     }
-    memset(reuse, 0, (size_t)tr->n_outputs);
-    for (int o = 0; o < tr->n_outputs; o++) outb[o] = NULL;
-    for (int i = 0; i < tr->n_state; i++) {
-        lz_buffer *b = reusable_state_buffer(f, tr, in, &tr->state[i]);
-        int o = tr->state[i].slot;
+    /* Every node and handle this replay hands out is made before anything
+       is enqueued, so that a failure leaves the state untouched. A returned
+       tensor the step did not compute holds the value its source had when
+       the call began, as in a direct call: made first, it also keeps that
+       buffer from being written over. */
+    for (int j = 0; j < n_out; j++) {
+        out[j] = NULL;
+        if (rc == 0 && returned[j].kind == RET_WRAP && !(out[j] = wrap_binding(tr, &returned[j], in))) rc = -1;
+    }
+    memset(reuse, 0, (size_t)n_outputs);
+    for (int o = 0; o < n_outputs; o++) outb[o] = NULL;
+    for (int i = 0; i < n_state && rc == 0; i++) {
+        lz_buffer *b = reusable_state_buffer(f, tr, in, &states[i]);
+        int o = states[i].slot;
         if (b && !outb[o]) { outb[o] = b; reuse[o] = 1; }
     }
     /* reused buffers are changed only once nothing can fail */
-    for (int o = 0; o < tr->n_outputs && rc == 0; o++) {
+    for (int o = 0; o < n_outputs && rc == 0; o++) {
         if (reuse[o]) continue;
         outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
         if (!outb[o]) rc = -1;
     }
-    if (rc == 0) {
-        for (int o = 0; o < tr->n_outputs; o++)
+    for (; made_state < n_state && rc == 0; made_state++) {
+        const state *st = &states[made_state];
+        lz_node *n = NULL;
+        lz_tensor *g = NULL;
+        if (st->kind != ST_NONE && st->slot >= 0) {
+            n = output_node(tr, outb[st->slot], st->slot);
+            if (!n) rc = -1;
+            else if (st->kind == ST_GRAD && !grad_of(tr, st->index)) {
+                /* the leaf had no gradient: backward makes a new one */
+                g = lz_tensor_wrap(n);   /* frees the node if it fails */
+                n = NULL;
+                if (!g) rc = -1;
+                else lz_scope_forget(g);
+            }
+        }
+        new_node[made_state] = n;
+        new_grad[made_state] = g;
+        if (rc) break;
+    }
+    for (int j = 0; j < n_out && rc == 0; j++) {
+        const ret *r = &returned[j];
+        if (r->kind == RET_NEW && !(out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index))))
+            rc = -1;
+    }
+    if (rc != 0) {
+        drop_made(tr, f, out, made_state);
+    } else {
+        for (int o = 0; o < n_outputs; o++)
             if (reuse[o]) {
                 lz_buffer_ref(outb[o]);
                 lz_buffer_refill(outb[o]);
@@ -1114,40 +1274,21 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         lz_counters.capture_replays++;
         /* new values of the state, then the returned tensors (a returned
            state tensor is returned at its new value, as when traced) */
-        for (int i = 0; i < tr->n_state; i++) {
-            const state *st = &tr->state[i];
-            if (st->kind == ST_NONE || st->slot < 0) continue;
-            lz_tensor *t = state_tensor(tr, st, in);
-            lz_node *n = output_node(tr, outb[st->slot], st->slot);
-            if (t) {
-                lz_tensor_set_node(t, n);
-            } else {
-                /* the leaf had no gradient: backward makes a new one */
-                t = lz_tensor_wrap(n);
-                lz_scope_forget(t);
-                tr->leaves[st->index].t->grad = t;
-            }
+        for (int i = 0; i < n_state; i++) {
+            if (new_grad[i]) tr->leaves[states[i].index].t->grad = new_grad[i];
+            else if (new_node[i]) lz_tensor_set_node(state_tensor(tr, &states[i], in), new_node[i]);
         }
-        for (int j = 0; j < f->n_out; j++) {
-            const ret *r = &tr->returned[j];
-            switch (r->kind) {
-            case RET_NEW: out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index)); break;
-            case RET_WRAP: out[j] = wrap_binding(tr, &r->wrap, in); break;
-            case RET_SAME_INPUT: out[j] = r->retain ? lz_retain(in[r->index]) : in[r->index]; break;
-            default: out[j] = r->retain ? lz_retain(r->t) : r->t; break;
-            }
+        for (int j = 0; j < n_out; j++) {
+            const ret *r = &returned[j];
+            if (r->kind == RET_SAME_INPUT) out[j] = r->retain ? lz_retain(in[r->index]) : in[r->index];
+            else if (r->kind == RET_SAME_TENSOR) out[j] = r->retain ? lz_retain(r->t) : r->t;
             if (r->keep) lz_keep(out[j]);
         }
     }
-    for (int o = 0; o < tr->n_outputs; o++)
+    for (int o = 0; o < n_outputs; o++)
         if (outb[o] && (rc == 0 || !reuse[o])) lz_buffer_unref(outb[o]);
-out:
-    if (reuse && reuse != reuse_small) free(reuse);
-    if (inb && inb != in_small) free(inb);
-    if (outb && outb != out_small) free(outb);
     if (rc != 0) {
         /* nothing enqueued: the state was not touched and keeps its values */
-        for (int j = 0; j < f->n_out; j++) out[j] = NULL;
         lz_executor_note_error(lz_last_error());
     }
     return rc;
@@ -1167,11 +1308,7 @@ int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
         if (f->fallback) lz_counters.capture_fallbacks++;
         uint64_t serial0 = lz_tensor_serial();
         int rc = run_function(f, in, out, NULL);
-        if (rc == 0 && lz_step_all() != 0) {
-            drop_made_outputs(f, out, serial0);
-            rc = -1;
-        }
-        return rc;
+        return rc == 0 ? run_uncaptured(f, out, serial0) : rc;
     }
     trace *tr = f->traces;
     while (tr && !key_matches(f, tr, in)) tr = tr->next;

@@ -198,7 +198,7 @@ lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
     }
     double t0 = lz_now_ms();
     lz_node *srcs_small[8], **srcs = srcs_small;
-    if (n_in > 8 && !(srcs = malloc(sizeof *srcs * (size_t)n_in)))
+    if (n_in > 8 && !(srcs = lz_host_malloc(sizeof *srcs * (size_t)n_in)))
         return lz_errorf("lz_%s: out of memory", lz_op_name(op));
     for (int i = 0; i < n_in; i++) srcs[i] = in[i]->node;
     lz_node *node = lz_node_new(op, dtype, ndim, shape, n_in, srcs, attrs);

@@ -79,12 +79,16 @@ int        lz_scope_register(lz_tensor *t);
 void       lz_scope_release(lz_tensor *t);
 /* Drops a creation handle: the scope's ownership if it still has it. */
 void       lz_scope_forget(lz_tensor *t);
+/* Opens a scope (lz_scope_begin without the owner check): -1 with
+   "<who>: out of memory opening a scope" and nothing opened. */
+int        lz_scope_open(const char *who);
 /* Ends the scope lz_call opened around a step function so that ownership
    is what a direct call in the caller's scope gives: tensors the step kept
    stay kept one level up, outputs it did not keep go to the caller's scope
    (or the caller), the rest are dropped. kept_out[j] (may be NULL) tells
-   whether the step kept out[j]. */
-void       lz_scope_end_call(lz_tensor *const *out, int n_out, char *kept_out);
+   whether the step kept out[j]. -1 (error set) when out of memory to hand
+   a tensor over: it is left unowned. */
+int        lz_scope_end_call(lz_tensor *const *out, int n_out, char *kept_out);
 /* Ends every open scope and frees the scope stack (lz_shutdown). */
 void       lz_scope_shutdown(void);
 
