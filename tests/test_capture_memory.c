@@ -11,8 +11,8 @@
 
 #include "testlib.h"
 #include "backend/memory.h"
-#include "core/tensor.h"
-#include "runtime/buffer.h"
+#include "engine/tensor.h"
+#include "backend/buffer.h"
 
 enum { IN = 32, HID = 64, OUT = 8, B = 16 };
 

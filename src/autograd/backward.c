@@ -9,10 +9,10 @@
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
-#include "backend/fault.h"
-#include "core/tensor.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "engine/tensor.h"
+#include "base/thread.h"
 
 /* A vertex: a record, or (fn NULL) a leaf. */
 typedef struct vtx { lz_ag *fn; lz_tensor *leaf; } vtx;

@@ -25,7 +25,7 @@ typedef struct lz_backend {
        message naming the failing op. */
     const char *(*run)(lz_backend_exec *e, void *const *ptrs, void *arena);
     void  (*release)(lz_backend_exec *e);
-    /* Blocked layouts (compile/layout.c), both optional: the channel block
+    /* Blocked layouts (compile/layout_plan.c), both optional: the channel block
        of the backend's kernels (0: plain layouts only), and how step s's
        kernel takes each value under block b (LZ_TAKES_*): how[k] for
        s->in[k], how[s->n_in] for its output(s). */

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "backend/memory.h"
-#include "core/error.h"
+#include "base/error.h"
 
 static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32 ? 4 : 8; }
 

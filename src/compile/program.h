@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "lazyc.h"
-#include "core/ir.h"
+#include "ir/ir.h"
 
 /* VIEW: a temporary that is another value's memory read with its own
    shape (a reshape's result; views.c). */
@@ -22,7 +22,7 @@ typedef struct lz_value {
     int     view_of;         /* for views: the value whose memory it is (never a view) */
     /* 0: plain (row-major). b > 0: 4-d [N, C, H, W] stored channel-blocked
        as [N, C/b, H, W, b] (oneDNN's nChw16c for b = 16); C is a multiple
-       of b, so the size is the same. Only temporaries (compile/layout.c). */
+       of b, so the size is the same. Only temporaries (compile/layout_plan.c). */
     uint8_t block;
 } lz_value;
 
@@ -132,7 +132,7 @@ enum {
 };
 struct lz_backend;
 /* Marks the temporaries that every kernel writing or reading them takes
-   blocked, as the backend reports (compile/layout.c), unless blocked
+   blocked, as the backend reports (compile/layout_plan.c), unless blocked
    layouts are off. Runs after lz_plan_views. */
 void lz_plan_layouts(lz_program *p, const struct lz_backend *be);
 /* Whether lz_plan_layouts marks any, whether lz_fuse fuses, and whether

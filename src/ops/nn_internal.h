@@ -3,7 +3,7 @@
 #ifndef LZ_OPS_NN_INTERNAL_H
 #define LZ_OPS_NN_INTERNAL_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 /* A 0-d f32 data tensor holding value, owned by the library and shared by
    every caller asking for the same value (borrowed: do not free). A

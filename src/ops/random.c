@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/thread.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
-#include "core/error.h"
-#include "core/metrics.h"
+#include "base/fault.h"
+#include "base/error.h"
+#include "base/metrics.h"
 
 typedef struct job {
     lz_executable *exe;

@@ -6,7 +6,7 @@
 #define LZ_EXECUTOR_H
 
 #include "compile/executable.h"
-#include "runtime/buffer.h"
+#include "backend/buffer.h"
 
 /* Enqueues one execution of exe. Takes references to exe and every buffer;
    in[slot] and out[slot] follow the program's input/output slots. keep

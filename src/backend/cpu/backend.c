@@ -5,12 +5,12 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/pool.h"
+#include "backend/cpu/buffer_pool.h"
 #include "backend/cpu/scratch.h"
-#include "backend/fault.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/profile.h"
+#include "base/fault.h"
+#include "base/error.h"
+#include "base/metrics.h"
+#include "base/profile.h"
 
 typedef struct cpu_step {
     lz_kernel kernel;

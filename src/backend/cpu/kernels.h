@@ -69,7 +69,7 @@ int64_t lz_dnnl_conv_timed(void);
 /* Whether oneDNN has a jit primitive for conv2d step s with its
    activations in channel block b (k_dnnl_conv.c). */
 int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b);
-/* Blocked layouts on the CPU (layout.c): the lz_backend hooks. */
+/* Blocked layouts on the CPU (operand_layouts.c): the lz_backend hooks. */
 int  lz_cpu_layout_block(void);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *how);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */

@@ -1,16 +1,16 @@
 /* Tensor handles and the live registry (tensors with pending IR). */
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
-#include "backend/fault.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/step.h"
-#include "core/thread.h"
-#include "runtime/buffer.h"
+#include "base/fault.h"
+#include "base/error.h"
+#include "base/metrics.h"
+#include "engine/step.h"
+#include "base/thread.h"
+#include "backend/buffer.h"
 
 static lz_tensor *live_head;
 static int live_n;

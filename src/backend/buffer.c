@@ -1,9 +1,9 @@
-#include "runtime/buffer.h"
+#include "backend/buffer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 static atomic_ullong next_id;
 

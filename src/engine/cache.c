@@ -1,9 +1,9 @@
-#include "core/cache.h"
+#include "engine/cache.h"
 
 #include <stdlib.h>
 
-#include "backend/fault.h"
-#include "core/settings.h"
+#include "base/fault.h"
+#include "base/settings.h"
 
 typedef struct entry {
     lz_executable *exe;

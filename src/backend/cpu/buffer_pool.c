@@ -8,14 +8,14 @@
  * new one: sizes a finished model or step no longer asks for must not keep
  * the next one's blocks from being cached (they would then be unmapped
  * and faulted in again on every step). */
-#include "backend/cpu/pool.h"
+#include "backend/cpu/buffer_pool.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/fault.h"
-#include "core/settings.h"
+#include "base/fault.h"
+#include "base/settings.h"
 
 #define NBUCKETS 1024
 

@@ -1,4 +1,4 @@
-#include "core/metrics.h"
+#include "base/metrics.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -6,8 +6,8 @@
 #include <time.h>
 
 #include "backend/memory.h"
-#include "core/explain.h"
-#include "core/thread.h"
+#include "engine/explain.h"
+#include "base/thread.h"
 
 lz_metrics lz_counters;
 static double execute_ms;

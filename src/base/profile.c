@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ir.h"
-#include "core/profile.h"
+#include "ir/ir.h"
+#include "base/profile.h"
 #include "lazyc.h"
 
 typedef struct slot { int64_t calls; double ms; } slot;

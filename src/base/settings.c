@@ -1,5 +1,5 @@
 /* The LZ_* settings table (settings.h) and its one parser. */
-#include "core/settings.h"
+#include "base/settings.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 enum { KIND_BOOL, KIND_INT, KIND_CHOICE, KIND_TEXT };
 

@@ -5,7 +5,7 @@
 #define LZ_TENSOR_H
 
 #include "lazyc.h"
-#include "core/ir.h"
+#include "ir/ir.h"
 
 struct lz_ag;
 
@@ -26,7 +26,7 @@ struct lz_tensor {
     /* capture scratch: set on the tensors alive when a trace starts */
     uint32_t capture_epoch;
     /* id of the buffer t held before its node became pending: a step that
-       fails leaves t at that value (core/step.c) */
+       fails leaves t at that value (engine/step.c) */
     uint64_t prev_buf_id;
     /* backward-pass scratch */
     uint32_t ag_epoch;
@@ -38,7 +38,7 @@ struct lz_tensor {
        drops one of these before the creation handle, so a scope keeps
        owning the creation handle (lz_free(lz_retain(t)) leaves t as it was) */
     int retained;
-    /* references held by captured functions (core/capture.c): a tensor with
+    /* references held by captured functions (engine/capture.c): a tensor with
        no others is freed as far as the program is concerned, and a replay
        bound to it must trace again */
     int capture_refs;
@@ -71,7 +71,7 @@ lz_tensor *lz_live_first(void);
 /* Every tensor alive (capture walks them once when it traces). */
 lz_tensor *lz_all_first(void);
 
-/* Scopes (core/scope.c). */
+/* Scopes (engine/scope.c). */
 /* 0, or -1 and an error when out of memory (t is not registered). */
 int        lz_scope_register(lz_tensor *t);
 /* If the innermost scope owns t's creation handle, hands it to the caller
@@ -95,7 +95,7 @@ lz_tensor *lz_record(lz_op op, lz_dtype dtype, int ndim, const int64_t *shape,
                      int n_in, lz_tensor *const *in, const lz_attrs *attrs);
 /* Checks operands for NULL; sets "name: operand i is NULL" unless an error
    is already set. Returns 0 when all are present. Also the recording-thread
-   check every op starts with (core/thread.h). */
+   check every op starts with (base/thread.h). */
 int        lz_check_operands(const char *name, int n, lz_tensor *const *in);
 
 /* Data made from host memory by the library itself (an op's C argument

@@ -5,7 +5,7 @@
 #define LZ_GRAPH_H
 
 #include <stddef.h>
-#include "core/ir.h"
+#include "ir/ir.h"
 
 typedef struct lz_graph {
     int n_nodes;

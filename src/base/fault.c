@@ -1,11 +1,11 @@
-#include "backend/fault.h"
+#include "base/fault.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/settings.h"
+#include "base/settings.h"
 
 /* events left before the armed one fails; 0 when disarmed */
 static atomic_long remaining[LZ_FAULT_KINDS];

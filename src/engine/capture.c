@@ -29,19 +29,19 @@
  * with that key traces again. A trace that reads a value on the host, or
  * that frees a tensor alive across calls after reading it (state kept by
  * replacing a handle), is traced on every call. */
-#include "core/capture.h"
+#include "engine/capture.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/graph.h"
-#include "core/metrics.h"
-#include "core/step.h"
-#include "core/tensor.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "ir/graph.h"
+#include "base/metrics.h"
+#include "engine/step.h"
+#include "engine/tensor.h"
+#include "base/thread.h"
 #include "runtime/executor.h"
 
 /* where an input slot's buffer comes from */

@@ -1,13 +1,13 @@
-#include "core/ir.h"
+#include "ir/ir.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "runtime/buffer.h"
+#include "base/fault.h"
+#include "base/error.h"
+#include "base/metrics.h"
+#include "backend/buffer.h"
 
 uint64_t lz_hash_mix(uint64_t h, uint64_t v)
 {

@@ -12,13 +12,13 @@
  * a thread-local read and one atomic load at each entry point that reaches
  * shared state (the operand check every op starts with, data creation,
  * reads, step barriers, scopes, lz_free), so no call site needs a lock. */
-#include "core/thread.h"
+#include "base/thread.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 static atomic_uint owner;            /* thread number, 0 when unclaimed */
 static atomic_uint next_number;

@@ -1,4 +1,4 @@
-/* Which values the CPU kernels take channel-blocked (compile/layout.c):
+/* Which values the CPU kernels take channel-blocked (compile/layout_plan.c):
  * the block is oneDNN's for this machine's ISA (16 floats, one AVX-512
  * register, or 8 with AVX2), the one its convolutions run on. Kernels
  * with a blocked form: oneDNN's convolutions (each activation on its own;

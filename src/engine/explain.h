@@ -6,7 +6,7 @@
 #ifndef LZ_EXPLAIN_H
 #define LZ_EXPLAIN_H
 
-#include "core/graph.h"
+#include "ir/graph.h"
 
 typedef enum lz_compile_cause {
     LZ_CAUSE_FIRST,      /* the cache was empty */

@@ -4,7 +4,7 @@
  * touching the environment. Executables already compiled keep what they
  * were compiled with. */
 #include "compile/program.h"
-#include "core/settings.h"
+#include "base/settings.h"
 
 typedef struct pass_switch {
     lz_setting_id env;

@@ -2,7 +2,7 @@
 #ifndef LZ_STEP_H
 #define LZ_STEP_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 /* Cuts one graph for the pending nodes roots[0..n), finds or compiles its
    executable, enqueues one execution and materialises the roots on

@@ -1,19 +1,19 @@
 /* The path every graph takes: record (done by ops) -> cut -> hash ->
  * compile or hit -> enqueue -> (later) read. */
-#include "core/step.h"
+#include "engine/step.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cache.h"
-#include "core/capture.h"
-#include "core/error.h"
-#include "core/explain.h"
-#include "core/graph.h"
-#include "core/metrics.h"
-#include "core/settings.h"
-#include "core/thread.h"
+#include "engine/cache.h"
+#include "engine/capture.h"
+#include "base/error.h"
+#include "engine/explain.h"
+#include "ir/graph.h"
+#include "base/metrics.h"
+#include "base/settings.h"
+#include "base/thread.h"
 #include "runtime/executor.h"
 
 static int eager = -1;

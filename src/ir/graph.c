@@ -1,13 +1,13 @@
-#include "core/graph.h"
+#include "ir/graph.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
-#include "core/error.h"
-#include "runtime/buffer.h"
+#include "base/fault.h"
+#include "base/error.h"
+#include "backend/buffer.h"
 
 static uint32_t epoch;
 

@@ -3,12 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/capture.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/step.h"
-#include "core/tensor.h"
-#include "core/thread.h"
+#include "engine/capture.h"
+#include "base/error.h"
+#include "base/metrics.h"
+#include "engine/step.h"
+#include "engine/tensor.h"
+#include "base/thread.h"
 #include "runtime/executor.h"
 
 size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : 4; }

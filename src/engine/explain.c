@@ -1,11 +1,11 @@
-#include "core/explain.h"
+#include "engine/explain.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cache.h"
-#include "core/error.h"
+#include "engine/cache.h"
+#include "base/error.h"
 
 static long long cause_counts[LZ_CAUSE_COUNT];
 static long long misses;              /* numbers the printed lines */
@@ -44,7 +44,7 @@ long long lz_compile_cause_count(int cause)
 
 void lz_compile_causes_reset(void) { memset(cause_counts, 0, sizeof cause_counts); }
 
-/* ---- reading a signature (core/graph.c writes it) ----------------------
+/* ---- reading a signature (ir/graph.c writes it) ----------------------
    Per node, post-order: a leaf is [LEAF, dtype, ndim, shape..., slot]; an
    op is [op, dtype, ndim, shape..., n_iattr, iattr..., n_fattr,
    fattr bits..., n_src, src indices...]. Then -1 and the output indices. */
