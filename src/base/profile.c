@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"
+#include "base/op.h"
 #include "base/profile.h"
 #include "lazyc.h"
 
