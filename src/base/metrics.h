@@ -1,4 +1,4 @@
-/* Counters and timers behind lz_metrics_get. The recording thread bumps
+/* Counters and timers behind lz_metrics_get (engine/metrics_api.c). The recording thread bumps
  * counters directly; the executor thread adds its time under a lock. */
 #ifndef LZ_METRICS_H
 #define LZ_METRICS_H
@@ -12,5 +12,9 @@ static inline void lz_metrics_count_node(void) { lz_counters.ir_nodes++; }
 double lz_now_ms(void);
 /* Executor-thread time; safe from any thread. */
 void   lz_metrics_add_execute_ms(double ms);
+/* The executor time added so far, and its reset (lz_metrics_get/_reset,
+   engine/metrics_api.c); safe from any thread. */
+double lz_metrics_execute_ms(void);
+void   lz_metrics_execute_ms_reset(void);
 
 #endif
