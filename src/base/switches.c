@@ -1,9 +1,10 @@
 /* The compiler passes, and the backend's one choice of algorithm, that
- * can be turned off (program.h): each reads its LZ_* setting once
+ * can be turned off (switches.h): each reads its LZ_* setting once
  * ("0" turns it off), and tests and benchmarks override it without
  * touching the environment. Executables already compiled keep what they
  * were compiled with. */
-#include "compile/program.h"
+#include "base/switches.h"
+
 #include "base/settings.h"
 
 typedef struct pass_switch {
