@@ -108,6 +108,10 @@ lz_executable *lz_compile(const lz_graph *g)
     for (size_t k = 0; e->sig && k < sizeof passes / sizeof *passes && !e->prog.out_of_memory; k++)
         passes[k](&e->prog);
     e->backend = lz_backend_current();
+    if (!e->backend) {
+        lz_executable_unref(e);
+        return lz_errorf("no backend registered: cannot compile a graph of %d nodes", g->n_nodes);
+    }
     if (e->sig && !e->prog.out_of_memory) lz_plan_layouts(&e->prog, e->backend);
     if (e->sig && !e->prog.out_of_memory) lz_plan_inplace(&e->prog);
     if (!e->sig || e->prog.out_of_memory) {

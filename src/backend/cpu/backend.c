@@ -103,5 +103,3 @@ const lz_backend *lz_backend_cpu(void)
     };
     return &cpu;
 }
-
-const lz_backend *lz_backend_current(void) { return lz_backend_cpu(); }

@@ -3,6 +3,7 @@
 #ifndef LZ_CPU_KERNELS_H
 #define LZ_CPU_KERNELS_H
 
+#include "backend/backend.h"
 #include "compile/program.h"
 
 typedef const char *(*lz_kernel)(const lz_program *p, const lz_step *s, void *const *ptrs);
@@ -108,5 +109,9 @@ void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *stri
    in of out's shape contiguously and a plain one (a per-channel bias, a
    scalar) through its broadcast strides. Returns the axis count. */
 int lz_order_strides(const lz_value *in, const lz_value *out, int64_t *shape, int64_t *st);
+
+/* The CPU backend's table (backend.c); the library's top registers it
+   (top/init.c). */
+const lz_backend *lz_backend_cpu(void);
 
 #endif
