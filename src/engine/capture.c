@@ -138,24 +138,15 @@ typedef struct host_note {
     const char *op;
 } host_note;
 
-static lz_fn *tracing;
-static const char *break_reason;
 static host_note *notes;
 static int n_notes, cap_notes;
 static uint64_t leaf_epoch;
-
-int lz_capture_tracing(void) { return tracing != NULL; }
-
-void lz_capture_note_break(const char *reason)
-{
-    if (tracing && !break_reason) break_reason = reason;
-}
 
 void lz_capture_leaves_changed(void) { leaf_epoch++; }
 
 void lz_capture_note_host_data(lz_tensor *t, const char *op)
 {
-    if (!tracing || !t) return;
+    if (!lz_capture_tracing() || !t) return;
     if (n_notes == cap_notes) {
         int cap = cap_notes ? cap_notes * 2 : 16;
         host_note *n = realloc(notes, sizeof *n * (size_t)cap);
@@ -847,11 +838,10 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     if (take_snapshot(&s, in, f->n_in)) return -1;
     char kept_small[16], *kept = f->n_out <= 16 ? kept_small : malloc((size_t)f->n_out);
     if (!kept) { drop_snapshot(&s); return lz_errorf_int("lz_call: out of memory"); }
-    tracing = f;
-    break_reason = NULL;
+    lz_trace_begin();
     drop_notes();
     int rc = run_function(f, in, out, kept);
-    tracing = NULL;
+    const char *break_reason = lz_trace_end();
     if (rc != 0) goto done;
 
     if (break_reason) {
@@ -1157,7 +1147,7 @@ int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
         return lz_errorf_int("lz_call: %s array is NULL", f->n_in && !in ? "input" : "output");
     for (int k = 0; k < f->n_in; k++)
         if (!in[k]) return lz_errorf_int("lz_call: input %d is NULL", k);
-    if (tracing) return lz_errorf_int("lz_call: a captured function cannot be called while another is traced");
+    if (lz_capture_tracing()) return lz_errorf_int("lz_call: a captured function cannot be called while another is traced");
     f->calls++;
     if (f->fallback || lz_is_eager()) {
         if (f->fallback) lz_counters.capture_fallbacks++;

@@ -1,12 +1,7 @@
-/* Capture hooks the rest of core calls: reading values or syncing while a
- * step function is being traced is a graph break. */
+/* Capture hooks the rest of the engine calls. Whether a step function is
+ * being traced, and its graph breaks, are the barrier's (engine/step.h). */
 #ifndef LZ_CAPTURE_H
 #define LZ_CAPTURE_H
-
-/* Notes a graph break if a capture is tracing (no-op otherwise). */
-void lz_capture_note_break(const char *reason);
-/* 1 while a step function is being traced. */
-int  lz_capture_tracing(void);
 
 struct lz_tensor;
 /* Notes data made from host memory (op: the public call) while a step

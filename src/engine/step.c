@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "engine/cache.h"
-#include "engine/capture.h"
 #include "base/error.h"
 #include "engine/explain.h"
 #include "ir/graph.h"
@@ -17,6 +16,32 @@
 #include "runtime/executor.h"
 
 static int eager = -1;
+
+/* The tracing state (step.h): set by capture.c, noted by the barrier and
+   by host reads. */
+static int tracing;
+static const char *break_reason;
+
+void lz_trace_begin(void)
+{
+    tracing = 1;
+    break_reason = NULL;
+}
+
+const char *lz_trace_end(void)
+{
+    const char *r = break_reason;
+    tracing = 0;
+    break_reason = NULL;
+    return r;
+}
+
+int lz_capture_tracing(void) { return tracing; }
+
+void lz_capture_note_break(const char *reason)
+{
+    if (tracing && !break_reason) break_reason = reason;
+}
 
 void lz_set_eager(int on)
 {

@@ -17,6 +17,19 @@ int lz_step_all(void);
 /* Forgets lz_set_eager: the next use reads LZ_EAGER again (lz_shutdown). */
 void lz_step_shutdown(void);
 
+/* The tracing state, owned by the barrier so that the barrier and host
+   reads note graph breaks without calling up into capture (capture.c sets
+   it around the step function it traces and reads the break). */
+void lz_trace_begin(void);
+/* Ends tracing; returns the first graph break noted since lz_trace_begin,
+   or NULL. */
+const char *lz_trace_end(void);
+/* 1 while a step function is being traced. */
+int  lz_capture_tracing(void);
+/* Notes a graph break (reading values or syncing) if a step function is
+   being traced; no-op otherwise. */
+void lz_capture_note_break(const char *reason);
+
 /* lz_sync without the graph-break check: for the library's own syncs. */
 int lz_sync_tensors(lz_tensor *const *ts, int n, int wait);
 
