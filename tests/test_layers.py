@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The layering rule of docs/design.md ("Layers"), checked on the source.
+
+Every #include "..." in src/, models/ and tools/ is resolved to a file and
+both ends are mapped to their floor by folder. The test fails on an include
+from a lower floor to a higher one, and on any cycle between two folders
+other than the one the design allows (engine <-> autograd), printing the
+offending file:line. A folder that has no floor fails too: a new folder
+must be placed in the design and in FLOORS below.
+
+usage: test_layers.py [REPO_ROOT]   (default: the parent of this file's folder)
+"""
+import os
+import re
+import sys
+
+# Floor of each folder, bottom (0) to top; keep in step with docs/design.md.
+# Folders on one floor may include each other only if listed in ALLOWED_CYCLES.
+FLOORS = {
+    # The public headers hold types and declarations only, no code: every
+    # floor includes them for lz_tensor, lz_dtype and its own public functions.
+    "include": -1,
+    "src/base": 0,          # errors, threads, settings, counters, profile, faults, op table, switches
+    "src/backend": 1,       # the backend contract and registry, device memory, buffers
+    "src/ir": 2,            # IR nodes, graph cutting
+    "src/compile": 3,       # graph -> program -> executable
+    "src/backend/cpu": 4,   # the CPU backend: kernels over programs
+    "src/runtime": 5,       # the executor (device queue)
+    "src/engine": 6,        # tensors, scopes, barrier, cache, capture, explain, metrics API
+    "src/autograd": 6,      # with the engine: see ALLOWED_CYCLES
+    "src/ops": 7,
+    "src/nn": 8,
+    "src/io": 9,
+    "src/top": 10,          # the library's start and shutdown
+    "models": 11,           # on the public headers alone
+    "tools": 12,
+}
+# A tensor's gradient is made by autograd, and autograd records ops on tensors.
+ALLOWED_CYCLES = {frozenset(("src/engine", "src/autograd"))}
+SCANNED = ("src", "models", "tools")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def floor_of(folder):
+    """The floor of folder: its own, or that of the nearest listed parent."""
+    f = folder
+    while f:
+        if f in FLOORS:
+            return f, FLOORS[f]
+        f = os.path.dirname(f)
+    return None, None
+
+
+def resolve(root, src_file, inc):
+    """The repository path inc names from src_file, as the build resolves it:
+    next to the file, then src/, include/ and models/ (include directories)."""
+    for base in (os.path.dirname(src_file), "src", "include", "models"):
+        cand = os.path.normpath(os.path.join(base, inc))
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    problems = []
+    edges = {}   # (from folder, to folder) -> first "file:line"
+    for top in SCANNED:
+        for d, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(names):
+                if not name.endswith((".c", ".h")):
+                    continue
+                path = os.path.relpath(os.path.join(d, name), root)
+                ffolder, ffloor = floor_of(os.path.dirname(path))
+                if ffolder is None:
+                    problems.append(f"{path}: folder {os.path.dirname(path)} has no floor "
+                                    "(place it in docs/design.md and tests/test_layers.py)")
+                    continue
+                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+                    for lineno, line in enumerate(fh, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        target = resolve(root, path, m.group(1))
+                        where = f"{path}:{lineno}"
+                        if target is None:
+                            problems.append(f"{where}: #include \"{m.group(1)}\" names no file")
+                            continue
+                        tfolder, tfloor = floor_of(os.path.dirname(target))
+                        if tfolder is None or tfolder == ffolder:
+                            continue
+                        if tfloor > ffloor:
+                            problems.append(f"{where}: {ffolder} (floor {ffloor}) includes "
+                                            f"{target} from a higher floor ({tfolder}, floor {tfloor})")
+                        edges.setdefault((ffolder, tfolder), where)
+    # Cycles between folders: any pair of folders that reach each other.
+    # One across floors always holds an upward include, reported above; so
+    # only a cycle between folders on one floor is reported here.
+    reach = {}
+    folders = {a for a, _ in edges} | {b for _, b in edges}
+    for a in folders:
+        seen, todo = set(), [a]
+        while todo:
+            x = todo.pop()
+            for (p, q) in edges:
+                if p == x and q not in seen:
+                    seen.add(q)
+                    todo.append(q)
+        reach[a] = seen
+    for a in sorted(folders):
+        for b in sorted(folders):
+            if a < b and FLOORS[a] == FLOORS[b] and b in reach[a] and a in reach[b]:
+                if frozenset((a, b)) in ALLOWED_CYCLES and (a, b) in edges and (b, a) in edges:
+                    continue
+                via = [w for (p, q), w in edges.items() if (p, q) in ((a, b), (b, a))]
+                problems.append(f"cycle between {a} and {b}" + (f" (e.g. {', '.join(via)})" if via else ""))
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"test_layers: {len(problems)} violation(s) of the layering in docs/design.md")
+        return 1
+    print(f"test_layers: {len(edges)} folder-to-folder include edges, all downward "
+          "(engine <-> autograd the one allowed cycle)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
