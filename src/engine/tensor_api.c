@@ -11,8 +11,6 @@
 #include "base/thread.h"
 #include "runtime/executor.h"
 
-size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : 4; }
-
 static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, lz_buffer **bufp)
 {
     size_t nbytes = 0;
