@@ -8,10 +8,17 @@ other than the one the design allows (engine <-> autograd), printing the
 offending file:line. A folder that has no floor fails too: a new folder
 must be placed in the design and in FLOORS below.
 
-usage: test_layers.py [REPO_ROOT]   (default: the parent of this file's folder)
+Given the build folder, it also reads the library's object files (nm) and
+fails on a call or data reference from a lower floor to a function defined
+on a higher one: a call through a declaration in a lower header (or the
+public header) reaches up as surely as an include does.
+
+usage: test_layers.py [REPO_ROOT [BUILD_DIR]]
 """
 import os
 import re
+import shutil
+import subprocess
 import sys
 
 # Floor of each folder, bottom (0) to top; keep in step with docs/design.md.
@@ -61,8 +68,45 @@ def resolve(root, src_file, inc):
     return None
 
 
+def symbol_problems(root, build):
+    """Upward references between the library's object files."""
+    objdir = os.path.join(build, "CMakeFiles", "lazyc_objs.dir")
+    if not os.path.isdir(objdir) or not shutil.which("nm"):
+        return [f"no object files under {objdir} (or no nm): build first"]
+    defined, wanted = {}, {}
+    for d, _, names in os.walk(objdir):
+        for name in names:
+            if not name.endswith(".c.o"):
+                continue
+            obj = os.path.join(d, name)
+            src = os.path.relpath(obj, objdir)[:-2]          # src/x/y.c
+            if not os.path.isfile(os.path.join(root, src)):
+                continue                                     # stale: its source moved
+            out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == "U":
+                    wanted.setdefault(src, set()).add(parts[1])
+                elif len(parts) == 3 and parts[1] in "TDBRCV":
+                    defined[parts[2]] = src
+    problems = []
+    for src in sorted(wanted):
+        ffolder, ffloor = floor_of(os.path.dirname(src))
+        for sym in sorted(wanted[src]):
+            if sym not in defined:
+                continue
+            tfolder, tfloor = floor_of(os.path.dirname(defined[sym]))
+            if ffolder is None or tfolder is None or tfolder == ffolder:
+                continue
+            if tfloor > ffloor:
+                problems.append(f"{src}: {ffolder} (floor {ffloor}) calls {sym}, defined in "
+                                f"{defined[sym]} on a higher floor ({tfolder}, floor {tfloor})")
+    return problems
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    build = sys.argv[2] if len(sys.argv) > 2 else None
     problems = []
     edges = {}   # (from folder, to folder) -> first "file:line"
     for top in SCANNED:
@@ -114,13 +158,16 @@ def main():
                     continue
                 via = [w for (p, q), w in edges.items() if (p, q) in ((a, b), (b, a))]
                 problems.append(f"cycle between {a} and {b}" + (f" (e.g. {', '.join(via)})" if via else ""))
+    if build:
+        problems += symbol_problems(root, build)
     for p in problems:
         print(p)
     if problems:
         print(f"test_layers: {len(problems)} violation(s) of the layering in docs/design.md")
         return 1
     print(f"test_layers: {len(edges)} folder-to-folder include edges, all downward "
-          "(engine <-> autograd the one allowed cycle)")
+          "(engine <-> autograd the one allowed cycle)"
+          + ("; no call reaches a higher floor" if build else ""))
     return 0
 
 
