@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "testlib.h"
+#include "backend/buffer.h"
 #include "backend/memory.h"
 #include "engine/tensor.h"
-#include "backend/buffer.h"
 
 enum { IN = 32, HID = 64, OUT = 8, B = 16 };
 

@@ -17,8 +17,8 @@
 #include "compile/executable.h"
 #include "compile/program.h"
 #include "engine/cache.h"
-#include "ir/graph.h"
 #include "engine/tensor.h"
+#include "ir/graph.h"
 #include "testlib.h"
 
 #define TOL 1e-5

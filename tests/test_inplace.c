@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/buffer.h"
 #include "compile/executable.h"
 #include "engine/cache.h"
-#include "ir/graph.h"
 #include "engine/tensor.h"
-#include "backend/buffer.h"
+#include "ir/graph.h"
 #include "testlib.h"
 
 typedef struct compiled {

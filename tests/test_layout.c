@@ -19,8 +19,8 @@
 #include "backend/cpu/kernels.h"
 #include "compile/executable.h"
 #include "engine/cache.h"
-#include "ir/graph.h"
 #include "engine/tensor.h"
+#include "ir/graph.h"
 #include "testlib.h"
 
 /* ---- the pass, on hand-made programs ------------------------------------ */

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "backend/cpu/kernels.h"
 #include "backend/cpu/buffer_pool.h"
+#include "backend/cpu/kernels.h"
 #include "base/fault.h"
-#include "compile/program.h"
 #include "base/settings.h"
+#include "compile/program.h"
 
 /* driven: the checks below run the code that reads the variable, so the
    table must mark it read (a variable without that is checked through

@@ -10,8 +10,8 @@
 #include "testlib.h"
 #include "backend/cpu/buffer_pool.h"
 #include "backend/memory.h"
-#include "engine/cache.h"
 #include "base/profile.h"
+#include "engine/cache.h"
 #include "engine/tensor.h"
 #include "runtime/executor.h"
 

@@ -11,8 +11,8 @@
 #include "autograd/autograd.h"
 #include "base/error.h"
 #include "base/fault.h"
-#include "engine/tensor.h"
 #include "base/thread.h"
+#include "engine/tensor.h"
 
 /* A vertex: a record, or (fn NULL) a leaf. */
 typedef struct vtx { lz_ag *fn; lz_tensor *leaf; } vtx;

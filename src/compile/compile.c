@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fault.h"
 #include "backend/memory.h"
 #include "base/error.h"
+#include "base/fault.h"
 
 static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32 ? 4 : 8; }
 

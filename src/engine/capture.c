@@ -37,11 +37,11 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "ir/graph.h"
 #include "base/metrics.h"
+#include "base/thread.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
-#include "base/thread.h"
+#include "ir/graph.h"
 #include "runtime/executor.h"
 
 /* where an input slot's buffer comes from */

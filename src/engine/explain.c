@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cache.h"
 #include "base/error.h"
+#include "engine/cache.h"
 
 static long long cause_counts[LZ_CAUSE_COUNT];
 static long long misses;              /* numbers the printed lines */

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fault.h"
 #include "base/error.h"
-#include "engine/tensor.h"
+#include "base/fault.h"
 #include "base/thread.h"
+#include "engine/tensor.h"
 
 /* offset of a kept tensor's scope level */
 #define KEPT 1000000

@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cache.h"
 #include "base/error.h"
-#include "engine/explain.h"
-#include "ir/graph.h"
 #include "base/metrics.h"
 #include "base/settings.h"
 #include "base/thread.h"
+#include "engine/cache.h"
+#include "engine/explain.h"
+#include "ir/graph.h"
 #include "runtime/executor.h"
 
 static int eager = -1;

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
-#include "base/fault.h"
-#include "base/error.h"
-#include "base/metrics.h"
-#include "engine/step.h"
-#include "base/thread.h"
 #include "backend/buffer.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "base/metrics.h"
+#include "base/thread.h"
+#include "engine/step.h"
 
 static lz_tensor *live_head;
 static int live_n;

@@ -3,12 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/capture.h"
 #include "base/error.h"
 #include "base/metrics.h"
+#include "base/thread.h"
+#include "engine/capture.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
-#include "base/thread.h"
 #include "runtime/executor.h"
 
 static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, lz_buffer **bufp)

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fault.h"
-#include "base/error.h"
 #include "backend/buffer.h"
+#include "base/error.h"
+#include "base/fault.h"
 
 static uint32_t epoch;
 

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fault.h"
-#include "base/error.h"
-#include "base/metrics.h"
 #include "backend/buffer.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "base/metrics.h"
 
 static uint64_t hash_shape(uint64_t h, const lz_node *n)
 {

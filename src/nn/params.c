@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "engine/tensor.h"
 #include "base/thread.h"
+#include "engine/tensor.h"
 
 struct lz_params {
     int n, cap;

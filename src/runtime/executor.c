@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fault.h"
 #include "base/error.h"
+#include "base/fault.h"
 #include "base/metrics.h"
 
 typedef struct job {

@@ -7,12 +7,12 @@
 
 #include "autograd/autograd.h"
 #include "backend/memory.h"
+#include "base/error.h"
+#include "base/thread.h"
 #include "engine/cache.h"
 #include "engine/capture.h"
-#include "base/error.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
-#include "base/thread.h"
 #include "ops/nn_internal.h"
 #include "runtime/executor.h"
 

@@ -4,11 +4,11 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/kernels.h"
 #include "backend/cpu/buffer_pool.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
-#include "base/fault.h"
 #include "base/error.h"
+#include "base/fault.h"
 #include "base/metrics.h"
 #include "base/profile.h"
 

@@ -64,9 +64,9 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "ir/ir.h"
 #include "base/metrics.h"
 #include "base/settings.h"
+#include "ir/ir.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
