@@ -44,6 +44,12 @@ FLOORS = {
 }
 # A tensor's gradient is made by autograd, and autograd records ops on tensors.
 ALLOWED_CYCLES = {frozenset(("src/engine", "src/autograd"))}
+# Downward, yet not allowed: ops record IR and never reach the compiler,
+# kernels or the executor; backends see programs, never IR nodes.
+FORBIDDEN = {
+    ("src/ops", "src/compile"), ("src/ops", "src/backend/cpu"), ("src/ops", "src/runtime"),
+    ("src/backend/cpu", "src/ir"),
+}
 SCANNED = ("src", "models", "tools")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -101,6 +107,9 @@ def symbol_problems(root, build):
             if tfloor > ffloor:
                 problems.append(f"{src}: {ffolder} (floor {ffloor}) calls {sym}, defined in "
                                 f"{defined[sym]} on a higher floor ({tfolder}, floor {tfloor})")
+            elif (ffolder, tfolder) in FORBIDDEN:
+                problems.append(f"{src}: {ffolder} calls {sym}, defined in {defined[sym]}: "
+                                f"{ffolder} must not use {tfolder} (docs/design.md, Layers)")
     return problems
 
 
@@ -136,6 +145,9 @@ def main():
                         if tfloor > ffloor:
                             problems.append(f"{where}: {ffolder} (floor {ffloor}) includes "
                                             f"{target} from a higher floor ({tfolder}, floor {tfloor})")
+                        elif (ffolder, tfolder) in FORBIDDEN:
+                            problems.append(f"{where}: {ffolder} includes {target}: {ffolder} "
+                                            f"must not use {tfolder} (docs/design.md, Layers)")
                         edges.setdefault((ffolder, tfolder), where)
     # Cycles between folders: any pair of folders that reach each other.
     # One across floors always holds an upward include, reported above; so

@@ -65,8 +65,8 @@
 
 #include "backend/cpu/kernels.h"
 #include "base/metrics.h"
+#include "base/op.h"
 #include "base/settings.h"
-#include "ir/ir.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
