@@ -44,9 +44,9 @@ typedef struct lz_backend {
     void  (*trim)(void);
 } lz_backend;
 
-/* Makes b the backend every later allocation and compile uses (the
-   library's top registers the CPU backend when the library is loaded:
-   top/init.c). b outlives the process. */
+/* Makes b the backend every later allocation and compile uses (the engine
+   registers the CPU backend when the first tensor is made, unless another
+   is registered before: engine/tensor_api.c). b outlives the process. */
 void lz_backend_register(const lz_backend *b);
 /* The registered backend; NULL before one is registered. */
 const lz_backend *lz_backend_current(void);

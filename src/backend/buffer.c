@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
 
 static atomic_ullong next_id;
@@ -27,6 +28,7 @@ static lz_buffer *buffer_alloc(size_t nbytes, int ready)
     b->data = lz_device_alloc(nbytes ? nbytes : 1);
     if (!b->data) {
         free(b);
+        if (!lz_backend_current()) return NULL;   /* lz_device_alloc said so */
         return lz_errorf("device allocation of %zu bytes failed (out of device memory)", nbytes);
     }
     return b;

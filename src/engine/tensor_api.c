@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "base/metrics.h"
 #include "base/thread.h"
@@ -11,10 +13,22 @@
 #include "engine/tensor.h"
 #include "runtime/executor.h"
 
+/* The engine starts the backend: the first tensor made from data registers
+   the CPU backend, unless a program or test registered another before.
+   Every tensor's values root in data made here (ops only combine tensors),
+   so nothing reaches device memory or the compiler earlier; and this file
+   is in every program that makes a tensor, as a constructor elsewhere
+   would not be in a static link that never names it. */
+static void start_backend(void)
+{
+    if (!lz_backend_current()) lz_backend_register(lz_backend_cpu());
+}
+
 static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, lz_buffer **bufp)
 {
     size_t nbytes = 0;
     if (lz_owner_check(op) || lz_shape_check(op, dtype, ndim, shape, &nbytes)) return NULL;
+    start_backend();
     lz_buffer *b = lz_buffer_new(nbytes);
     if (!b) return NULL;
     lz_node *n = lz_node_new_data(b, dtype, ndim, shape);
