@@ -9,7 +9,10 @@
 #   make check-asan   every test built with ASan + UBSan (build-asan/)
 #   make check-tsan   the threaded runtime tests built with TSan (build-tsan/)
 #   make check-fuzz   the fuzz targets, 60 s each (tests/fuzz/run.sh)
-#   make check-all    test, check-asan, check-tsan, check-fuzz (what CI runs)
+#   make check-portable  the convolution and parity tests in a -DLZ_NATIVE=OFF
+#                     build (build-portable/), also with oneDNN capped to AVX2
+#   make check-all    test, check-asan, check-tsan, check-fuzz, check-portable
+#                     (what CI runs)
 
 BUILD   ?= build
 PREFIX  ?= /usr/local
@@ -17,7 +20,7 @@ JOBS    ?= 2
 CMAKE   ?= cmake
 
 .PHONY: all setup configure build demo test install clean \
-        check-asan check-tsan check-fuzz check-all
+        check-asan check-tsan check-fuzz check-portable check-all
 
 all: build
 
@@ -86,4 +89,19 @@ check-fuzz: setup
 	@bash tests/fuzz/run.sh 60; rc=$$?; \
 	 if [ $$rc = 77 ]; then echo "check-fuzz: skipped (see above)"; else exit $$rc; fi
 
-check-all: test check-asan check-tsan check-fuzz
+# The numbers on another CPU than the building one: a build without
+# -march=native, whose parity runs on the models of test_model_parity_avx2
+# (CMakeLists.txt) to keep the added time to a few minutes; the
+# reference results come from the plain run's cache.
+PORTABLE_BUILD ?= build-portable
+PORTABLE_TESTS ?= ^test_(conv_dnnl|conv_dnnl_avx2|model_parity|model_parity_avx2)$$
+PORTABLE_MODELS ?= resnet18,mobilenet_v2,squeezenet1_1,vgg16
+check-portable: setup
+	@mkdir -p $(PORTABLE_BUILD)
+	@$(CMAKE) -S . -B $(PORTABLE_BUILD) -DCMAKE_BUILD_TYPE=Release -DLZ_NATIVE=OFF \
+	  > $(PORTABLE_BUILD)/configure.log 2>&1 || { cat $(PORTABLE_BUILD)/configure.log; exit 1; }
+	@$(CMAKE) --build $(PORTABLE_BUILD) -j$(JOBS) --target lazyc_cli test_models test_conv_dnnl
+	LZ_PARITY_MODELS=$(PORTABLE_MODELS) ctest --test-dir $(PORTABLE_BUILD) --output-on-failure \
+	  -j$(JOBS) -R '$(PORTABLE_TESTS)'
+
+check-all: test check-asan check-tsan check-fuzz check-portable

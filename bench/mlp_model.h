@@ -19,10 +19,12 @@ enum { MLP_MAX_LAYERS = 64 };
 
 typedef struct mlp_cfg {
     long batch, in, hidden, depth, classes;
+    long bias;               /* 0: linear layers without bias */
 } mlp_cfg;
 
 typedef struct mlp_model {
-    int n;                   /* parameters: weight and bias per layer */
+    int n;                   /* parameters: weight (and bias) per layer */
+    int bias;
     lz_tensor *p[2 * MLP_MAX_LAYERS];
     lz_tensor *x, *y;
     lz_sgd *opt;
@@ -71,13 +73,15 @@ static inline int mlp_model_init(mlp_model *m, const mlp_cfg *c)
 {
     memset(m, 0, sizeof *m);
     m->rng = 88172645463325252ull;
+    m->bias = c->bias != 0;
     int layers = (int)c->depth + 1;
     for (int l = 0; l < layers && l < MLP_MAX_LAYERS; l++) {
         int64_t fin = l ? c->hidden : c->in, fout = l == layers - 1 ? c->classes : c->hidden;
         int64_t sw[2] = { fin, fout }, sb[1] = { fout };
         float k = 1.0f / sqrtf((float)fin);
         m->p[m->n++] = mlp_rand_tensor(m, 2, sw, k, 1);
-        m->p[m->n++] = mlp_rand_tensor(m, 1, sb, k, 1);
+        if (m->bias)
+            m->p[m->n++] = mlp_rand_tensor(m, 1, sb, k, 1);
     }
     int64_t sx[2] = { c->batch, c->in }, sy[1] = { c->batch };
     m->x = mlp_rand_tensor(m, 2, sx, 1.0f, 0);
@@ -106,9 +110,12 @@ static inline int mlp_step_fn(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     mlp_model *m = ctx;
     lz_tensor *h = in[0];
-    for (int i = 0; i < m->n; i += 2) {
-        h = lz_add(lz_matmul(h, m->p[i]), m->p[i + 1]);
-        if (i + 2 < m->n)
+    const int per_layer = m->bias ? 2 : 1;
+    for (int i = 0; i < m->n; i += per_layer) {
+        h = lz_matmul(h, m->p[i]);
+        if (m->bias)
+            h = lz_add(h, m->p[i + 1]);
+        if (i + per_layer < m->n)
             h = lz_relu(h);
     }
     lz_tensor *loss = lz_cross_entropy(h, in[1]);

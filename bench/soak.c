@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "lazyc.h"
-#include "../tools/openmp_env.h"
 #include "mlp_model.h"
 
 typedef struct cfg {
@@ -131,8 +130,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    lz_use_passive_openmp(argv);
-    cfg c = { .m = { .batch = 64, .in = 784, .hidden = 256, .depth = 1, .classes = 10 },
+    cfg c = { .m = { .batch = 64, .in = 784, .hidden = 256, .depth = 1, .classes = 10, .bias = 1 },
               .steps = 10000, .warmup = 200, .read_every = 1, .max_growth_kib = 1024 };
     const mlp_opt opts[] = {
         { "--steps", &c.steps, 1, 1L << 30 }, { "--warmup", &c.warmup, 0, 1L << 30 },

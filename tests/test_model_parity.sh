@@ -5,13 +5,17 @@
 # float64 loss, gradients and parameters after 3 SGD steps; the loss and
 # every gradient from `lazyc grads` (`test_models grads` for
 # resnet18_fmnist), and every parameter after 3
-# SGD steps from `test_models sgd` (captured), must match within 1e-4
-# relative per tensor. A failure names the model and its worst tensor.
+# SGD steps from `test_models sgd` (captured), must match within 30x
+# PyTorch's own f32 error on that tensor, at least 1e-4 relative. A failure
+# names the model and its worst tensor.
 # PyTorch's side is computed once per version of the reference scripts and
 # of torch, and kept under ~/.cache/lazyc/parity (LZ_PARITY_CACHE=DIR puts
 # it elsewhere, =off recomputes): the sanitizer run reuses the plain one's.
 #
 #   test_model_parity.sh BUILD_DIR [MODEL,MODEL,...]
+#
+# Tolerances are derived per tensor from PyTorch's own f32 error
+# (tests/reference/model_parity.py, "Tolerance").
 #
 # Without PyTorch the test is skipped (exit 77, ctest's SKIP_RETURN_CODE),
 # except under CI=true, where a missing torch is a failure.
@@ -40,6 +44,8 @@ for bin in "$build/lazyc" "$build/test_models"; do
     fi
 done
 models=()
+# LZ_PARITY_MODELS=a,b checks those alone (make check-portable)
+[ -n "${LZ_PARITY_MODELS:-}" ] && models=(--models "$LZ_PARITY_MODELS")
 [ $# -ge 2 ] && models=(--models "$2")
 # LZ_PARITY_SKIP=a,b leaves models out (the sanitizer run: see Makefile)
 [ -n "${LZ_PARITY_SKIP:-}" ] && models+=(--skip "$LZ_PARITY_SKIP")

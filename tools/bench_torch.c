@@ -5,12 +5,13 @@
  * that model's alone, and the import (about a second) is small next to a
  * model's steps. The child gets OPENBLAS_CORETYPE=SkylakeX (OpenBLAS 0.3.21
  * does not recognise this CPU and would fall back to an SSE3 kernel) and
- * loses the OMP_WAIT_POLICY=passive that lazyc sets for itself, so PyTorch
- * runs with its own defaults, as in the reference figures; the script sets
+ * loses any OMP_WAIT_POLICY of ours, so PyTorch runs with its own
+ * defaults, as in the reference figures; the script sets
  * two threads. Those defaults spin between parallel regions, which on a
  * machine shared with other jobs makes PyTorch 5-10x slower (measured:
  * resnet18 smoke 585-1145 ms against 116-126 ms passive at load 6.5);
- * LZ_TORCH_OMP_WAIT_POLICY=passive gives it blocking workers like lazyc's.
+ * LZ_TORCH_OMP_WAIT_POLICY=passive gives it blocking workers (lazyc's
+ * sleep between kernels without a setting: src/runtime/omp_quiet.c).
  * Its progress (stderr) passes through to ours.
  *
  * Where things are: the interpreter is $LZ_TORCH_PYTHON or /usr/bin/python3

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "openmp_env.h"
 
 static const lz_cli_cmd commands[] = {
     { "demo", "train a small MLP in lazy mode; print its loss curve and metrics", lz_cmd_demo },
@@ -65,7 +64,6 @@ int lz_cli_float(const char *opt, const char *val, double lo, double hi, double 
 
 int main(int argc, char **argv)
 {
-    lz_use_passive_openmp(argv);
     if (argc < 2) {
         usage(stderr);
         return LZ_CLI_USAGE_ERROR;

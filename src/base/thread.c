@@ -52,7 +52,7 @@ int lz_owner_check(const char *op)
         return 0;
     }
     return lz_errorf_int("%s: called from thread %u but tensors are recorded on thread %u; "
-                         "lazyc records on one thread (see README, Threads)", op, me, cur);
+                         "lazyc records on one thread (see docs/threads.md)", op, me, cur);
 }
 
 void lz_owner_release(void)

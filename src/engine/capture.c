@@ -38,6 +38,7 @@
 
 #include "base/error.h"
 #include "base/metrics.h"
+#include "base/settings.h"
 #include "base/thread.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
@@ -138,9 +139,15 @@ typedef struct host_note {
     const char *op;
 } host_note;
 
+static int library_state_made;   /* during this trace (lz_capture_note_library_state) */
 static host_note *notes;
 static int n_notes, cap_notes;
 static uint64_t leaf_epoch;
+
+void lz_capture_note_library_state(void)
+{
+    if (lz_capture_tracing()) library_state_made = 1;
+}
 
 void lz_capture_leaves_changed(void) { leaf_epoch++; }
 
@@ -189,11 +196,7 @@ static int user_alive(const lz_tensor *t, int extra) { return t->refs - extra > 
 static int64_t check_every(void)
 {
     static int64_t every = -1;
-    if (every < 0) {
-        const char *env = getenv("LZ_CAPTURE_CHECK");
-        every = env ? strtoll(env, NULL, 10) : 0;
-        if (every < 0) every = 0;
-    }
+    if (every < 0) every = lz_setting_int(LZ_SETTING_CAPTURE_CHECK);
     return every;
 }
 
@@ -839,6 +842,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     char kept_small[16], *kept = f->n_out <= 16 ? kept_small : malloc((size_t)f->n_out);
     if (!kept) { drop_snapshot(&s); return lz_errorf_int("lz_call: out of memory"); }
     lz_trace_begin();
+    library_state_made = 0;
     drop_notes();
     int rc = run_function(f, in, out, kept);
     const char *break_reason = lz_trace_end();
@@ -854,7 +858,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
         goto done;
     }
     if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = -1; fail_pending(); drop_made_outputs(f, out, serial0); goto done; }
-    if (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out)) {
+    if (library_state_made || (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out))) {
         tr->warmed_up = 1;
         rc = record_leaves(tr, &s, NULL, 0);
         tr->leaf_epoch = leaf_epoch;

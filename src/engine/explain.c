@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/settings.h"
 #include "engine/cache.h"
 
 static long long cause_counts[LZ_CAUSE_COUNT];
@@ -17,10 +18,7 @@ static int warned;
 static int explain_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *env = getenv("LZ_EXPLAIN_COMPILES");
-        on = env && env[0] == '1' && env[1] == '\0';
-    }
+    if (on < 0) on = (int)lz_setting_int(LZ_SETTING_EXPLAIN_COMPILES);
     return on;
 }
 

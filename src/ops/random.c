@@ -13,6 +13,7 @@
 #include "autograd/autograd.h"
 #include "base/error.h"
 #include "base/thread.h"
+#include "engine/capture.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 
@@ -42,6 +43,8 @@ static int rng_create(uint64_t seed)
     }
     rng_seed = ts;
     rng_counter = tc;
+    /* made inside a traced step, they would be taken for its temporaries */
+    lz_capture_note_library_state();
     return 0;
 }
 

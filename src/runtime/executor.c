@@ -8,18 +8,26 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/metrics.h"
+#include "runtime/omp_quiet.h"
 
+/* One allocation per job: the struct, then in[], out[] and keep[]. */
 typedef struct job {
     lz_executable *exe;
     lz_buffer **in, **out;
     int *keep;               /* per output: input slot it falls back to, or -1; may be NULL */
     struct job *next;
     int inline_run;          /* on the recording thread's stack: nothing to free */
+    lz_buffer *slots[];      /* in[] then out[]; keep[] after them */
 } job;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;   /* queue not empty */
-static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* a job finished */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;   /* what the host waits for is done */
+/* under mu: what the recording thread (the only one that waits) waits for,
+   so a finished job wakes it only when that is done, not after every job
+   of a queue it waits to drain */
+static const lz_buffer *awaited;  /* its writes_pending reaching 0, or NULL */
+static int awaiting_all;          /* in_flight reaching 0 */
 static job *head, *tail;
 static int in_flight;            /* enqueued, not finished */
 static char *unreported_error;   /* first failure since the last wait_all */
@@ -111,6 +119,7 @@ static void run_job(job *j)
        timing hit it in test_capture_memory: 479 of 480 writes in place). */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < n_inputs; i++) job_unref(j->in[i]);
+    int wake = 0;
     for (int o = 0; o < n_outputs; o++) {
         lz_buffer *b = j->out[o];
         if (err && !(kept && kept[o])) {
@@ -118,18 +127,16 @@ static void run_job(job *j)
             b->error = strdup(err);
         }
         b->writes_pending--;
+        wake |= b == awaited && !b->writes_pending;
         job_unref(b);
     }
     free(kept);
     if (err && !unreported_error) unreported_error = strdup(err);
     in_flight--;
-    pthread_cond_broadcast(&done_cv);
+    if (wake || (awaiting_all && !in_flight)) pthread_cond_signal(&done_cv);
     pthread_mutex_unlock(&mu);
     free(err);
     if (j->inline_run) return;
-    free(j->in);
-    free(j->out);
-    free(j->keep);
     free(j);
 }
 
@@ -156,6 +163,7 @@ static void *executor_main(void *arg)
    the OpenMP team it leads are released with it. */
 static void start_executor(void)
 {
+    lz_omp_quiet_start();
     running = pthread_create(&thread, NULL, executor_main, NULL) == 0;
 }
 
@@ -166,7 +174,9 @@ static void run_inline(lz_executable *exe, lz_buffer *const *in, lz_buffer *cons
 {
     const lz_program *p = &exe->prog;
     pthread_mutex_lock(&mu);
+    awaiting_all = 1;
     while (in_flight) pthread_cond_wait(&done_cv, &mu);
+    awaiting_all = 0;
     pthread_mutex_unlock(&mu);
     job j = {.exe = exe, .in = (lz_buffer **)in, .out = (lz_buffer **)out, .keep = (int *)keep,
              .inline_run = 1};
@@ -186,17 +196,19 @@ void lz_executor_enqueue(lz_executable *exe, lz_buffer *const *in, lz_buffer *co
 {
     if (!running) start_executor();
     const lz_program *p = &exe->prog;
-    job *j = lz_host_calloc(1, sizeof *j);
-    if (j) {
-        j->in = lz_host_malloc(sizeof *j->in * (size_t)(p->n_inputs + 1));
-        j->out = lz_host_malloc(sizeof *j->out * (size_t)(p->n_outputs + 1));
-        if (keep) j->keep = lz_host_malloc(sizeof *j->keep * (size_t)(p->n_outputs + 1));
-    }
-    if (!running || !j || !j->in || !j->out || (keep && !j->keep)) {
-        if (j) { free(j->in); free(j->out); free(j->keep); free(j); }
+    const size_t n_slots = (size_t)p->n_inputs + (size_t)p->n_outputs;
+    job *j = running ? lz_host_malloc(sizeof *j + sizeof(lz_buffer *) * n_slots +
+                                      (keep ? sizeof(int) * (size_t)p->n_outputs : 0))
+                     : NULL;
+    if (!j) {
         run_inline(exe, in, out, keep);
         return;
     }
+    j->next = NULL;
+    j->inline_run = 0;
+    j->in = j->slots;
+    j->out = j->slots + p->n_inputs;
+    j->keep = keep ? (int *)(j->slots + n_slots) : NULL;
     for (int i = 0; i < p->n_inputs; i++) { j->in[i] = in[i]; job_ref(in[i]); }
     for (int o = 0; o < p->n_outputs; o++) { j->out[o] = out[o]; job_ref(out[o]); }
     if (keep) memcpy(j->keep, keep, sizeof *j->keep * (size_t)p->n_outputs);
@@ -222,7 +234,9 @@ int lz_executor_wait_buffer(lz_buffer *b)
     }
     double t0 = lz_now_ms();
     pthread_mutex_lock(&mu);
+    awaited = b;
     while (b->writes_pending) pthread_cond_wait(&done_cv, &mu);
+    awaited = NULL;
     pthread_mutex_unlock(&mu);
     lz_counters.wait_ms += lz_now_ms() - t0;
     if (b->error) return lz_errorf_int("%s", b->error);
@@ -244,7 +258,9 @@ int lz_executor_wait_all(void)
     enqueued_since_wait = 0;
     double t0 = lz_now_ms();
     pthread_mutex_lock(&mu);
+    awaiting_all = 1;
     while (in_flight) pthread_cond_wait(&done_cv, &mu);
+    awaiting_all = 0;
     char *err = unreported_error;
     unreported_error = NULL;
     pthread_mutex_unlock(&mu);
@@ -280,6 +296,7 @@ void lz_executor_shutdown(void)
     pthread_mutex_unlock(&mu);
     /* the thread drains the queue before it exits */
     pthread_join(thread, NULL);
+    lz_omp_quiet_stop();
     running = 0;
     stopping = 0;
     free(unreported_error);

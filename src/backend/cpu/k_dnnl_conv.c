@@ -12,52 +12,58 @@
  * im2col reads plain layouts only. On plain layouts oneDNN itself runs gemm
  * (x64:gemm:jit), measured no faster than k_conv.
  *
- * The rules below choose for steps on plain layouts only. They follow
- * per-shape timings, which live in docs/performance.md ("Convolution
- * measurements") rather than here, so that this comment says why and stays
- * true when a rule is re-measured. On plain layouts the reorders are fixed
- * costs that decide most rules: never 1x1 (the reorders cost more than the
- * product); only from 32 MFLOP a step; forward and grad weight only while
- * the weight has at most 8x the elements of input and output together (deep
- * layers, where the weight's reorder dominates); grad input only with 16+
- * input channels a group (oneDNN's kernel for 3 channels is slow); grad
- * weight only with 128+ output pixels over the batch; and only a jit
+ * The rules below choose for steps on plain layouts only, from per-shape
+ * timings of each way (docs/performance.md has the tables). The three
+ * reorders are fixed costs, each its own parallel region, and on deep
+ * layers the weight's reorder is the larger part, so: never 1x1 (the
+ * reorders cost more than the product); only from 32 MFLOP a step;
+ * forward and grad weight only while the weight has at most 8x the
+ * elements of input and output together; grad input only with 16+ input
+ * channels a group (oneDNN's kernel for 3 channels is slow); grad weight
+ * only with 128+ output pixels over the batch; and only a jit
  * implementation (never oneDNN's reference or gemm fallbacks).
  *
  * Depthwise steps always, whatever their size: k_conv.c's direct loops pay
- * per row and tap, and ran 10-50x slower on deep layers' small planes
- * (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay there).
+ * per row and tap, and on the small planes of deep layers ran 10-50x
+ * slower (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay
+ * here).
  *
  * A weight gradient whose activations the compiler keeps channel-blocked
  * has one other way: copy x and gy out of their blocks into rows, every
  * image side by side, and run one sgemm with all N*OH*OW output pixels as
- * its inner dimension (lz_cpu_conv_rows), because on deep layers' small
- * planes oneDNN's kernel runs far from peak. Only up to 256 pixels (from
- * 512 oneDNN was as fast or faster) and never grouped (one thin product
- * per group). The forward of a 1x1 step on such planes runs on the same
- * rows, and its grad input over pixels [N*P, C], where sgemm reads the
- * weight as it is.
+ * its inner dimension (lz_cpu_conv_rows): on deep layers' small planes
+ * oneDNN's kernel runs far from peak. Rows only up to 256 pixels (at 512
+ * the 1x1 steps were even and 3x3 faster on oneDNN), and never grouped
+ * (one thin product per group). The forward of a 1x1 step at 4x4 gains
+ * too, as one sgemm over the rows whose result goes back into blocks; its
+ * grad input runs over pixels [N*P, C], where the weight is read as it is
+ * and the copies move whole blocks of 16 channels (on the rows sgemm
+ * would read the weight transposed).
  *
  * A 3x3 stride-1 step runs by Winograd's algorithm (oneDNN's F(4x4, 3x3),
  * on AVX-512: a quarter of the multiplications, in all three directions)
- * where it measured faster: 4x4 output tiles 85% or more filled, 32 or
- * more channels in and out, and 64 tiles over the batch, or 32 with 256
- * channels (winograd_fits); on small planes and few channels it is slower.
- * LZ_WINOGRAD=0 keeps every step direct. Its values differ from the direct
- * sum by rounding (test_conv_dnnl: 2e-6 relative, as the direct
- * primitive's own).
+ * where it measured faster, on Intel and on AMD (Zen 5): 4x4 output tiles
+ * 85% or more filled, 32 or more channels in and out, and 64 tiles over
+ * the batch, or 32 with 256 channels (winograd_fits); LZ_WINOGRAD=0 keeps
+ * every step direct. Its values differ from the direct sum by rounding
+ * (test_conv_dnnl: 2e-6 relative, as the direct primitive's own). Below
+ * AVX-512 oneDNN has no Winograd: the direct primitive runs, with the
+ * values LZ_WINOGRAD=0 gives.
  *
- * These rules come from one machine. LZ_DNNL_CONV=tune instead times each
- * step shape once per process, every way it can run (oneDNN, or k_conv.c
- * one image per thread, or all images' columns in one product), and keeps
- * the fastest; a step state without a primitive then runs k_conv.c's
- * chosen path; a step on blocked layouts, oneDNN or the rows where
- * those apply. Off by default: a choice made on timings makes results
- * differ between runs.
+ * These rules come from measurements on two machines. LZ_DNNL_CONV=tune
+ * instead times each step shape once per process, every way it can run
+ * (oneDNN, or k_conv.c one image per thread, or all images' columns in
+ * one product), and keeps the fastest; a step state without a primitive
+ * then runs k_conv.c's chosen path; a step on blocked layouts, oneDNN or
+ * the rows where those apply. Off by default: a choice made on timings
+ * makes results differ between runs.
  *
- * On by default (LZ_DNNL_CONV=0 turns it off); mixing oneDNN and im2col
- * steps changes rounding, which parity tests must absorb by choosing
- * inputs away from ReLU kinks (docs/performance.md, "Tuning and history"). */
+ * On by default (LZ_DNNL_CONV=0 turns it off). Results with and without
+ * it, or with and without Winograd, differ by rounding; a model whose
+ * batch puts a ReLU input at its kink, or two inputs of a max-pooling
+ * window within rounding of each other, then takes another gradient on
+ * one unit (tests/reference/model_parity.py chooses and measures for
+ * that). */
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>

@@ -72,8 +72,7 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
     char *out = ptrs[s->out];
     size_t osz = lz_dtype_size((lz_dtype)ov->dtype);
 
-#pragma omp parallel for schedule(static) if (ov->numel > PAR_MIN && items > 1)
-    for (int64_t it = 0; it < items; it++) {
+    LZ_PAR_FOR(ov->numel > PAR_MIN && items > 1, it, items, {
         int64_t r = it / nchunks, c0 = (it % nchunks) * CHUNK;
         int64_t len = inner - c0 < CHUNK ? inner - c0 : CHUNK;
         const void *src[MAX_IN];
@@ -86,7 +85,7 @@ static const char *run_rows(const lz_program *p, const lz_step *s, void *const *
             src[k] = base[k] + (size_t)off * isz[k];
         }
         row(out + (size_t)(r * inner + c0) * osz, src, ist, len, s->fattr);
-    }
+    });
     return NULL;
 }
 
@@ -228,6 +227,10 @@ ROW1(pow2_f32, float, float, x * x)
 ROW1(pow3_f32, float, float, x * x * x)
 ROW1(powhalf_f32, float, float, sqrtf(x))
 ROW1(powm1_f32, float, float, 1.0f / x)
+/* torch computes these exponents as 1/sqrt and 1/(x*x) too, so -0.0 gives
+   its -inf (powf(-0.0, -0.5) is +inf) */
+ROW1(powmhalf_f32, float, float, 1.0f / sqrtf(x))
+ROW1(powm2_f32, float, float, 1.0f / (x * x))
 ROW1(pow1_f32, float, float, x)
 ROW1(pow0_f32, float, float, ((void)x, 1.0f))
 
@@ -290,6 +293,8 @@ static row_fn pow_row(float e)
     if (e == 0.5f) return powhalf_f32;
     if (e == 1.0f) return pow1_f32;
     if (e == -1.0f) return powm1_f32;
+    if (e == -0.5f) return powmhalf_f32;
+    if (e == -2.0f) return powm2_f32;
     if (e == 0.0f) return pow0_f32;
     return pow_f32;
 }

@@ -100,8 +100,7 @@ static const char *k_fused(const lz_program *p, const lz_step *s, void *const *p
     }
     int64_t numel = f->numel, tiles = (numel + TILE - 1) / TILE;
 
-#pragma omp parallel for schedule(static) if (numel > PAR_MIN)
-    for (int64_t t = 0; t < tiles; t++) {
+    LZ_PAR_FOR(numel > PAR_MIN, t, tiles, {
         _Alignas(64) float tile[LZ_FUSED_MAX_OPS][TILE];
         _Alignas(64) float gathered[LZ_FUSED_MAX_IN][TILE];
         float *res[LZ_FUSED_MAX_OPS];
@@ -129,7 +128,7 @@ static const char *k_fused(const lz_program *p, const lz_step *s, void *const *p
             res[k] = f->store[k] ? (float *)ptrs[op->out] + e0 : tile[k];
             row[k](res[k], src, st, len, op->fattr);
         }
-    }
+    });
     return NULL;
 }
 

@@ -17,6 +17,16 @@
 #define SMALL_GEMM_MNK (1 << 20)
 #define MANY_GEMMS 8
 
+/* dnnl_sgemm with beta 0 and ldc N; 0 or -1. (Plain loops in C for tiny
+   products took more instructions than its ~5000 per call: its JIT kernels
+   make up for its checks.) */
+static int sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C)
+{
+    return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N) ==
+                   dnnl_success ? 0 : -1;
+}
+
 /* ---- matmul ------------------------------------------------------------- */
 
 /* Per-batch-axis strides, in matrices, of v's batch dims aligned to out's
@@ -52,7 +62,6 @@ static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *
     const int64_t M = vo->shape[vo->ndim - 2], N = vo->shape[vo->ndim - 1];
     const int64_t K = ta ? va->shape[va->ndim - 2] : va->shape[va->ndim - 1];
     const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-    const char ca = ta ? 'T' : 'N', cb = tb ? 'T' : 'N';
     const int64_t nbatch = batch_numel(vo);
     if (vo->numel == 0) return NULL;
     if (K == 0) {
@@ -60,11 +69,12 @@ static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *
         return NULL;
     }
     /* A batch of row-major a against one shared b is one tall product. */
-    if (!ta && batch_numel(vb) == 1 && batch_numel(va) == nbatch) {
-        if (dnnl_sgemm('N', cb, nbatch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N) != dnnl_success)
-            return "lz_matmul: dnnl_sgemm failed";
-        return NULL;
-    }
+    if (!ta && batch_numel(vb) == 1 && batch_numel(va) == nbatch)
+        return sgemm(0, tb, nbatch * M, N, K, A, lda, B, ldb, C) ? "lz_matmul: dnnl_sgemm failed" : NULL;
+    /* one product: no parallel region around it (entering one, even for a
+       team of one, costs a team allocation in libgomp) */
+    if (nbatch == 1)
+        return sgemm(ta, tb, M, N, K, A, lda, B, ldb, C) ? "lz_matmul: dnnl_sgemm failed" : NULL;
     int nbd = vo->ndim - 2;
     int64_t sa[LZ_MAX_DIMS], sb[LZ_MAX_DIMS];
     batch_strides(va, vo, sa);
@@ -80,8 +90,7 @@ static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *
             oa += idx * sa[d];
             ob += idx * sb[d];
         }
-        if (dnnl_sgemm(ca, cb, M, N, K, 1.0f, A + oa * M * K, lda, B + ob * K * N, ldb, 0.0f,
-                       C + bi * M * N, N) != dnnl_success)
+        if (sgemm(ta, tb, M, N, K, A + oa * M * K, lda, B + ob * K * N, ldb, C + bi * M * N))
             failed = 1;
     }
     return failed ? "lz_matmul: dnnl_sgemm failed" : NULL;
@@ -194,6 +203,17 @@ static void sum_lanes(float *acc, const float *e, int64_t n)
 static float row_sum_exp(const float *x, float mx, float *y, int64_t n)
 {
     float buf[EXP_BLK], acc[LANES] = {0};
+    if (n < LANES) {
+        /* one vector of LANES: a short row would otherwise run the exp as
+           scalar remainder code; the padding's exp(-inf) is exactly 0,
+           so the sum is the same */
+        float xs[LANES], e[LANES];
+        for (int i = 0; i < LANES; i++) xs[i] = i < n ? x[i] - mx : -INFINITY;
+        for (int i = 0; i < LANES; i++) e[i] = vexp_f32(xs[i]);
+        for (int64_t i = 0; y && i < n; i++) y[i] = e[i];
+        sum_lanes(acc, e, LANES);
+        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
     for (int64_t j0 = 0; j0 < n; j0 += EXP_BLK) {
         int64_t m = n - j0 < EXP_BLK ? n - j0 : EXP_BLK;
         float *e = y ? y + j0 : buf;
@@ -250,19 +270,17 @@ static const char *run_axis(const lz_program *p, const lz_step *s, void *const *
     for (int d = axis + 1; d < vo->ndim; d++) inner *= vo->shape[d];
     if (vo->numel == 0) return NULL;
     if (inner == 1) {
-        #pragma omp parallel for schedule(static) if (vo->numel > PAR_MIN && outer > 1)
-        for (int64_t o = 0; o < outer; o++)
-            row(x + o * n, g ? g + o * n : NULL, y + o * n, n);
+        LZ_PAR_FOR(vo->numel > PAR_MIN && outer > 1, o, outer,
+                   { row(x + o * n, g ? g + o * n : NULL, y + o * n, n); });
         return NULL;
     }
     const int64_t nblk = (inner + COLS - 1) / COLS, total = outer * nblk;
-    #pragma omp parallel for schedule(static) if (vo->numel > PAR_MIN && total > 1)
-    for (int64_t t = 0; t < total; t++) {
+    LZ_PAR_FOR(vo->numel > PAR_MIN && total > 1, t, total, {
         int64_t o = t / nblk, c0 = (t % nblk) * COLS;
         int w = (int)(inner - c0 < COLS ? inner - c0 : COLS);
         int64_t base = o * n * inner + c0;
         cols(x + base, g ? g + base : NULL, y + base, n, inner, w);
-    }
+    });
     return NULL;
 }
 
@@ -321,14 +339,13 @@ static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *
     const char *err = check_targets(t, is64, n, c);
     if (err) return err;
     double acc = 0;
-    #pragma omp parallel for schedule(static) reduction(+:acc) if (vl->numel > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    LZ_PAR_FOR_SUM(vl->numel > PAR_MIN, acc, i, n, {
         /* max + log(sum): mx - x[target] first, so large logits keep their
            precision */
         float mx = row_max(x + i * c, c);
         float ls = logf(row_sum_exp(x + i * c, mx, NULL, c));
         acc += (double)(mx - x[i * c + target_at(t, is64, i)]) + ls;
-    }
+    });
     *(float *)ptrs[s->out] = (float)(acc / (double)n);
     return NULL;
 }
@@ -346,8 +363,7 @@ static const char *k_cross_entropy_grad(const lz_program *p, const lz_step *s, v
     const char *err = check_targets(t, is64, n, c);
     if (err) return err;
     const float scale = g / (float)n;
-    #pragma omp parallel for schedule(static) if (vl->numel > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    LZ_PAR_FOR(vl->numel > PAR_MIN, i, n, {
         const float *xr = x + i * c;
         float *dr = dx + i * c;
         /* exp(x - mx) / sum: one exp per element, and no rounding of
@@ -355,7 +371,7 @@ static const char *k_cross_entropy_grad(const lz_program *p, const lz_step *s, v
         float inv = scale / row_sum_exp(xr, row_max(xr, c), dr, c);
         for (int64_t j = 0; j < c; j++) dr[j] *= inv;
         dr[target_at(t, is64, i)] -= scale;
-    }
+    });
     return NULL;
 }
 

@@ -24,8 +24,7 @@ static const char *k_hardtanh(const lz_program *p, const lz_step *s, void *const
     const float *x = ptrs[s->in[0]];
     float *y = ptrs[s->out];
     const float lo = s->fattr[0], hi = s->fattr[1];
-    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = hardtanh_1(x[i], lo, hi);
+    LZ_PAR_FOR(n > PAR_MIN, i, n, { y[i] = hardtanh_1(x[i], lo, hi); });
     return NULL;
 }
 
@@ -37,8 +36,7 @@ static const char *k_hardtanh_grad(const lz_program *p, const lz_step *s, void *
     const float lo = s->fattr[0], hi = s->fattr[1];
     /* branch-free (activation.h): with a branch on the data this loop
        mispredicted, 18% of mobilenet_v2's step at bench size */
-    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) dx[i] = hardtanh_grad_1(x[i], g[i], lo, hi);
+    LZ_PAR_FOR(n > PAR_MIN, i, n, { dx[i] = hardtanh_grad_1(x[i], g[i], lo, hi); });
     return NULL;
 }
 
@@ -77,9 +75,8 @@ static const char *k_embedding(const lz_program *p, const lz_step *s, void *cons
     const int64_t n = vi->numel, rows = vw->shape[0], d = vw->shape[1];
     const char *err = check_indices("lz_embedding", idx, is64, n, rows);
     if (err) return err;
-    #pragma omp parallel for schedule(static) if (n * d > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        memcpy(y + i * d, w + index_at(idx, is64, i) * d, sizeof(float) * (size_t)d);
+    LZ_PAR_FOR(n * d > PAR_MIN, i, n,
+               { memcpy(y + i * d, w + index_at(idx, is64, i) * d, sizeof(float) * (size_t)d); });
     return NULL;
 }
 
@@ -98,8 +95,7 @@ static const char *k_embedding_grad(const lz_program *p, const lz_step *s, void 
     const char *err = check_indices("lz_embedding (backward)", idx, is64, n, rows);
     if (err) return err;
     const int64_t total = rows * d;
-    #pragma omp parallel for schedule(static) if (total > PAR_MIN)
-    for (int64_t i = 0; i < total; i++) dw[i] = 0.0f;
+    LZ_PAR_FOR(total > PAR_MIN, i, total, { dw[i] = 0.0f; });
     #pragma omp parallel if (n * d > PAR_MIN)
     {
         int nt = 1, t = 0;
@@ -160,11 +156,10 @@ static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *c
     const double th = (double)prob * 4294967296.0;
     const uint64_t thresh = th >= 4294967296.0 ? 4294967296ull : th <= 0 ? 0 : (uint64_t)(th + 0.5);
     const float keep = prob < 1.0f ? 1.0f / (1.0f - prob) : 0.0f;
-    #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    LZ_PAR_FOR(n > PAR_MIN, i, n, {
         uint64_t r = stream_bits(rs, i);
         m[i] = (r >> 32) < thresh ? 0.0f : keep;
-    }
+    });
     return NULL;
 }
 

@@ -224,8 +224,7 @@ static const char *run_reduce(const lz_program *p, const lz_step *s, void *const
     if (g.reduced[g.n - 1]) {
         /* innermost group reduced: fold its contiguous runs per output */
         int64_t run = g.size[g.n - 1], outer_runs = run ? count / run : 0;
-#pragma omp parallel for schedule(static) if (total > PAR_MIN)
-        for (int64_t o = 0; o < ov->numel; o++) {
+        LZ_PAR_FOR(total > PAR_MIN, o, ov->numel, {
             int64_t base = offset_of(&g, kept, nk, o);
             acc8 acc;
             ops->init(&acc, 1);
@@ -234,14 +233,13 @@ static const char *run_reduce(const lz_program *p, const lz_step *s, void *const
                 ops->fold(&acc, x + (size_t)off * esz, run, 1);
             }
             ops->store(out + (size_t)o * esz, &acc, 1, scale);
-        }
+        });
         return NULL;
     }
     /* innermost group kept: accumulate whole source rows into output rows */
     int64_t width = g.size[g.n - 1], orows = ov->numel / width;
     int64_t nchunks = (width + ROW_CHUNK - 1) / ROW_CHUNK, items = orows * nchunks;
-#pragma omp parallel for schedule(static) if (total > PAR_MIN && items > 1)
-    for (int64_t it = 0; it < items; it++) {
+    LZ_PAR_FOR(total > PAR_MIN && items > 1, it, items, {
         int64_t orow = it / nchunks, c0 = (it % nchunks) * ROW_CHUNK;
         int64_t len = width - c0 < ROW_CHUNK ? width - c0 : ROW_CHUNK;
         int64_t base = offset_of(&g, kept, nk - 1, orow) + c0;
@@ -252,7 +250,7 @@ static const char *run_reduce(const lz_program *p, const lz_step *s, void *const
             ops->fold_rows(acc, x + (size_t)off * esz, len);
         }
         ops->store(out + (size_t)(orow * width + c0) * esz, acc, len, scale);
-    }
+    });
     return NULL;
 }
 

@@ -123,9 +123,8 @@ static void gather(const void *src, void *dst, size_t es, int nd, const int64_t 
         }
         const int64_t inner = sz[k - 1], rows = numel / inner;
         const size_t rb = (size_t)inner * es;
-        #pragma omp parallel for schedule(static) if (numel > PAR_MIN)
-        for (int64_t r = 0; r < rows; r++)
-            memcpy((char *)dst + r * rb, (const char *)src + row_offset(r, k, sz, st) * es, rb);
+        LZ_PAR_FOR(numel > PAR_MIN, r, rows,
+                   { memcpy((char *)dst + r * rb, (const char *)src + row_offset(r, k, sz, st) * es, rb); });
         return;
     }
     int j = -1;
@@ -185,8 +184,8 @@ static void split_axis(const lz_value *v, int axis, int64_t *outer, int64_t *inn
 static void copy_blocks(const char *src, int64_t sstep, char *dst, int64_t dstep, int64_t outer,
                         int64_t n)
 {
-    #pragma omp parallel for schedule(static) if (outer * n > 4 * PAR_MIN && outer > 1)
-    for (int64_t o = 0; o < outer; o++) memcpy(dst + o * dstep, src + o * sstep, (size_t)n);
+    LZ_PAR_FOR(outer * n > 4 * PAR_MIN && outer > 1, o, outer,
+               { memcpy(dst + o * dstep, src + o * sstep, (size_t)n); });
 }
 
 static const char *k_slice(const lz_program *p, const lz_step *s, void *const *ptrs)

@@ -8,6 +8,32 @@
 
 typedef const char *(*lz_kernel)(const lz_program *p, const lz_step *s, void *const *ptrs);
 
+/* for (int64_t i = 0; i < n; i++) { body }: a static OpenMP loop over the
+   team when par, else a plain loop on the calling thread. An `if (par)`
+   clause is not enough for small work: with it false libgomp still starts
+   and ends a team of one (about 1000 instructions and an allocation per
+   kernel, as much as a tiny kernel's work). The _SUM form adds a
+   reduction(+:acc); with one thread it sums in loop order either way. */
+#define LZ_PRAGMA(x) _Pragma(#x)
+#define LZ_PAR_FOR(par, i, n, ...)                                                    \
+    do {                                                                               \
+        if (par) {                                                                     \
+            LZ_PRAGMA(omp parallel for schedule(static))                               \
+            for (int64_t i = 0; i < (n); i++) __VA_ARGS__                              \
+        } else {                                                                       \
+            for (int64_t i = 0; i < (n); i++) __VA_ARGS__                              \
+        }                                                                              \
+    } while (0)
+#define LZ_PAR_FOR_SUM(par, acc, i, n, ...)                                           \
+    do {                                                                               \
+        if (par) {                                                                     \
+            LZ_PRAGMA(omp parallel for schedule(static) reduction(+:acc))              \
+            for (int64_t i = 0; i < (n); i++) __VA_ARGS__                              \
+        } else {                                                                       \
+            for (int64_t i = 0; i < (n); i++) __VA_ARGS__                              \
+        }                                                                              \
+    } while (0)
+
 /* Each kernel family returns its kernel for op, or NULL if op is not its. */
 lz_kernel lz_cpu_elementwise_kernel(lz_op op);   /* k_elementwise.c */
 lz_kernel lz_cpu_reduce_kernel(lz_op op);        /* k_reduce.c */

@@ -1,0 +1,93 @@
+/* OpenMP workers that sleep between kernels, with no environment variable.
+ *
+ * libgomp's workers spin after each parallel region (300000 polls, a few
+ * milliseconds) before they sleep, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT
+ * said otherwise when libgomp was loaded, which is before any code of ours
+ * runs. A team as large as the machine then keeps every core busy between
+ * kernels, and the thread that records the next step (or anything else the
+ * program does) waits for a core: small steps run 10-50x slower.
+ *
+ * libgomp's documented exception (GOMP_SPINCOUNT in its manual): while it
+ * manages more threads than there are CPUs, a wait polls only 100 times
+ * before it sleeps. It counts the initial thread plus each team's workers,
+ * idle or not, alive as long as the thread that leads their team. So this
+ * file starts one thread that leads a team of its own once, made just big
+ * enough that the count exceeds the CPUs, and then sleeps with its workers
+ * on a condition variable until lz_shutdown. Nothing spins afterwards; the
+ * sleeping threads cost no CPU time. A program that chose a wait policy or
+ * a spin count keeps its choice: nothing starts then. */
+#include "runtime/omp_quiet.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static pthread_t thread;
+static int running, ready, stopping, team_size;
+static int quiet_extra;   /* parked workers of the last start; 0 when none */
+
+static void *parker_main(void *arg)
+{
+    (void)arg;
+    int got = 0;
+    /* the team's workers stay with this thread after the region (libgomp
+       keeps a team's threads for its leader's next region) */
+    #pragma omp parallel num_threads(team_size)
+    {
+        #pragma omp single
+        got = omp_get_num_threads();
+    }
+    pthread_mutex_lock(&mu);
+    quiet_extra = got - 1;
+    ready = 1;
+    pthread_cond_broadcast(&cv);
+    while (!stopping) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+static int user_chose_policy(void)
+{
+    return getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT");
+}
+
+void lz_omp_quiet_start(void)
+{
+    if (running || user_chose_policy()) return;
+    const int team = omp_get_max_threads(), cpus = omp_get_num_procs();
+    if (team < 2) return;   /* no workers, nothing spins */
+    /* counted: the initial thread and the executor's team - 1 workers;
+       team_size - 1 more make it cpus + 1 */
+    int extra = cpus + 1 - team;
+    if (extra < 1) extra = 1;
+    team_size = extra + 1;
+    ready = stopping = 0;
+    if (pthread_create(&thread, NULL, parker_main, NULL) != 0) return;   /* runs on, spinning */
+    running = 1;
+    /* the count holds before the first kernel runs */
+    pthread_mutex_lock(&mu);
+    while (!ready) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+void lz_omp_quiet_stop(void)
+{
+    if (!running) return;
+    pthread_mutex_lock(&mu);
+    stopping = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    pthread_join(thread, NULL);   /* libgomp ends its workers with it */
+    running = 0;
+    quiet_extra = 0;
+}
+
+int lz_omp_quiet_workers(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = quiet_extra;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
