@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 static lz_tensor *vec(int n, const float *v)
 {
