@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "backend/fault.h"
 #include "backend/memory.h"
-#include "core/cache.h"
-#include "core/tensor.h"
+#include "base/fault.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
 
 enum { N = 4, CALLS = 5 };
 
