@@ -58,9 +58,9 @@ static void make_values(lz_value *vals, const int64_t *xs, int block)
 }
 
 /* The step of op for case k, its inputs in the op's order (ir/ir.h). */
-static lz_step make_step(lz_op op, const bn_case *k, int *in)
+static lz_instr make_step(lz_op op, const bn_case *k, int *in)
 {
-    lz_step s;
+    lz_instr s;
     memset(&s, 0, sizeof s);
     s.op = (uint16_t)op;
     s.in = in;
@@ -112,7 +112,7 @@ static lz_step make_step(lz_op op, const bn_case *k, int *in)
 static const char *run_step(lz_op op, const bn_case *k, lz_value *vals, float *const *v)
 {
     int in[8];
-    lz_step s = make_step(op, k, in);
+    lz_instr s = make_step(op, k, in);
     lz_program p;
     memset(&p, 0, sizeof p);
     p.n_values = N_V;

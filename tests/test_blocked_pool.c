@@ -127,7 +127,7 @@ static int run_case(const pool_case *c, int b)
     memset(plain[n_in], 0x7f, vals[0][n_in].nbytes);
     memset(blocked[n_in], 0xff, vals[0][n_in].nbytes);
 
-    lz_step st;
+    lz_instr st;
     memset(&st, 0, sizeof st);
     st.op = (uint16_t)c->op;
     st.in = in;

@@ -29,7 +29,7 @@ enum { OP_EITHER = 1, OP_STEP = 2, OP_PLAIN = 3 };   /* a made-up backend's ops 
 
 static int fake_block(void) { return 8; }
 
-static void fake_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *how)
+static void fake_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how)
 {
     (void)p;
     (void)b;
@@ -41,7 +41,7 @@ static void fake_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *
 static const lz_backend fake = {.name = "fake", .layout_block = fake_block,
                                 .operand_layouts = fake_layouts};
 
-typedef struct hand { lz_program p; lz_value v[8]; lz_step s[8]; int in[8][2]; } hand;
+typedef struct hand { lz_program p; lz_value v[8]; lz_instr s[8]; int in[8][2]; } hand;
 
 static void value(hand *h, int v, int kind, int64_t c, int64_t hw)
 {
@@ -59,7 +59,7 @@ static void value(hand *h, int v, int kind, int64_t c, int64_t hw)
 
 static void step(hand *h, int op, int out, int a, int b)
 {
-    lz_step *s = &h->s[h->p.n_steps];
+    lz_instr *s = &h->s[h->p.n_steps];
     memset(s, 0, sizeof *s);
     s->op = (uint16_t)op;
     s->out = out;

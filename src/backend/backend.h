@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 struct lz_program;
-struct lz_step;
+struct lz_instr;
 
 typedef struct lz_backend_exec lz_backend_exec;
 
@@ -38,7 +38,7 @@ typedef struct lz_backend {
        kernel takes each value under block b (LZ_TAKES_*): how[k] for
        s->in[k], how[s->n_in] for its output(s). */
     int   (*layout_block)(void);
-    void  (*operand_layouts)(const struct lz_program *p, const struct lz_step *s, int b,
+    void  (*operand_layouts)(const struct lz_program *p, const struct lz_instr *s, int b,
                              uint8_t *how);
     /* Returns memory the backend keeps for reuse to the system (lz_shutdown). */
     void  (*trim)(void);

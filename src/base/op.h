@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-/* Integer and float attributes an op may carry (lz_node, lz_step). */
+/* Integer and float attributes an op may carry (lz_node, lz_instr). */
 #define LZ_MAX_IATTR 16
 #define LZ_MAX_FATTR 4
 
@@ -86,7 +86,7 @@ typedef enum lz_op {
                                    bias, then the last inputs (iattr[3], iattr[4]: there) */
     LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
     LZ_OP_FUSED_ELEMENTWISE, /* made by the compiler only (compile/fuse.c): a chain of
-                           element-wise steps run as one pass (lz_step.fused) */
+                           element-wise steps run as one pass (lz_instr.fused) */
     LZ_OP_COUNT
 } lz_op;
 

@@ -17,7 +17,7 @@ static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32
 
 /* Multiply-adds of the ops that dominate a training step, counted once
    here so the benchmark can report achieved GFLOP/s. */
-static double step_flops(const lz_program *p, const lz_step *s)
+static double step_flops(const lz_program *p, const lz_instr *s)
 {
     const lz_value *out = &p->values[s->out];
     switch (s->op) {
@@ -69,7 +69,7 @@ static void lower(const lz_graph *g, lz_program *p)
             v->slot = g->slot_of[i];
             continue;
         }
-        lz_step *s = &p->steps[p->n_steps++];
+        lz_instr *s = &p->steps[p->n_steps++];
         s->op = n->op;
         s->out = i;
         s->n_in = n->n_src;

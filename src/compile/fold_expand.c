@@ -24,7 +24,7 @@ void lz_fold_expands(lz_program *p)
     }
     for (int v = 0; v < p->n_values; v++) source[v] = -1;
     for (int i = 0; i < p->n_steps; i++) {
-        lz_step *s = &p->steps[i];
+        lz_instr *s = &p->steps[i];
         if (lz_op_is_elementwise((lz_op)s->op))
             for (int a = 0; a < s->n_in; a++)
                 while (source[s->in[a]] >= 0) s->in[a] = source[s->in[a]];
@@ -32,7 +32,7 @@ void lz_fold_expands(lz_program *p)
         if (s->op == LZ_OP_EXPAND) source[s->out] = s->in[0];
     }
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step *s = &p->steps[i];
+        const lz_instr *s = &p->steps[i];
         drop[i] = s->op == LZ_OP_EXPAND && !uses[s->out] && p->values[s->out].kind == LZ_VALUE_TEMP;
     }
     lz_program_drop_steps(p, drop);

@@ -31,7 +31,7 @@ static int collect(const lz_program *p, const int *producer, const int *uses, in
     if (i < 0 || uses[v] != 1 || val->kind != LZ_VALUE_TEMP || val->dtype != root->dtype ||
         val->ndim != root->ndim || memcmp(val->shape, root->shape, sizeof val->shape))
         return 0;
-    const lz_step *s = &p->steps[i];
+    const lz_instr *s = &p->steps[i];
     if (s->op == LZ_OP_SLICE_GRAD) {
         if (t->n_leaf == MAX_PARTS) return 0;
         t->leaf[t->n_leaf++] = i;
@@ -55,7 +55,7 @@ static int tiles_axis(const lz_program *p, tree *t, int64_t len)
     const int64_t axis = p->steps[t->leaf[0]].iattr[0];
     int64_t at = 0;
     for (int a = 0; a < t->n_leaf; a++) {
-        const lz_step *s = &p->steps[t->leaf[a]];
+        const lz_instr *s = &p->steps[t->leaf[a]];
         if (s->iattr[0] != axis || s->iattr[1] != at) return 0;
         at += p->values[s->in[0]].shape[axis];
     }
@@ -78,7 +78,7 @@ void lz_fold_slice_grads(lz_program *p)
         for (int a = 0; a < p->steps[i].n_in; a++) uses[p->steps[i].in[a]]++;
     }
     for (int i = 0; i < p->n_steps; i++) {
-        lz_step *s = &p->steps[i];
+        lz_instr *s = &p->steps[i];
         const lz_value *root = &p->values[s->out];
         if (s->op != LZ_OP_ADD || dead[i]) continue;
         tree t = {.n_leaf = 0};

@@ -19,7 +19,7 @@
 #include "base/fault.h"
 #include "compile/executable.h"
 
-static int fusable(const lz_program *p, const lz_step *s)
+static int fusable(const lz_program *p, const lz_instr *s)
 {
     /* the element-wise kernel's formulas; where (3 operands) stays unfused */
     if (!lz_op_is_elementwise((lz_op)s->op) || s->n_in < 1 || s->n_in > LZ_FUSED_MAX_IN) return 0;
@@ -33,8 +33,8 @@ static int fusable(const lz_program *p, const lz_step *s)
 /* Builds the fused step for the steps old[idx[0..n)] into *dst. uses[v]
    counts the operand slots that read value v in the whole program. -1 when
    out of memory (*dst untouched). */
-static int fuse_run(const lz_program *p, const lz_step *old, const int *idx, int n,
-                    const int *uses, lz_step *dst)
+static int fuse_run(const lz_program *p, const lz_instr *old, const int *idx, int n,
+                    const int *uses, lz_instr *dst)
 {
     lz_fused *f = lz_host_calloc(1, sizeof *f);
     int *ext = lz_host_malloc(sizeof *ext * (size_t)(n * LZ_FUSED_MAX_IN));
@@ -47,7 +47,7 @@ static int fuse_run(const lz_program *p, const lz_step *old, const int *idx, int
     f->numel = p->values[old[idx[0]].out].numel;
     int n_ext = 0;
     for (int k = 0; k < n; k++) {
-        const lz_step *s = &old[idx[k]];
+        const lz_instr *s = &old[idx[k]];
         f->ops[k] = *s;
         for (int a = 0; a < s->n_in; a++) {
             int v = s->in[a], prod = -1;
@@ -99,13 +99,13 @@ typedef struct group {
 
 typedef struct fuser {
     const lz_program *p;
-    const lz_step *old;
+    const lz_instr *old;
     const int *uses;
     int *pending;            /* value -> reads by steps not yet seen */
     int *owner;              /* value -> open group producing it, or -1 */
     group open[MAX_OPEN];
     long opened;
-    lz_step *out;
+    lz_instr *out;
     int n_out;
 } fuser;
 
@@ -155,7 +155,7 @@ void lz_fuse(lz_program *p)
     memcpy(fz.pending, uses, sizeof *uses * (size_t)p->n_values);
 
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step *s = &p->steps[i];
+        const lz_instr *s = &p->steps[i];
         int ok = fusable(p, s), join = -1;
         int64_t numel = p->values[s->out].numel;
         for (int a = 0; a < s->n_in; a++) fz.pending[s->in[a]]--;

@@ -16,18 +16,18 @@
 #include "compile/executable.h"
 
 /* The activation a step applies: 1 ReLU, 2 hardtanh, 0 neither. */
-static int activation_of(const lz_step *s)
+static int activation_of(const lz_instr *s)
 {
     return s->op == LZ_OP_RELU ? LZ_BN_ACT_RELU : s->op == LZ_OP_HARDTANH ? LZ_BN_ACT_HARDTANH : 0;
 }
 
-static int is_gradient_of(const lz_step *g, const lz_step *act)
+static int is_gradient_of(const lz_instr *g, const lz_instr *act)
 {
     if (act->op == LZ_OP_RELU) return g->op == LZ_OP_RELU_GRAD;
     return g->op == LZ_OP_HARDTANH_GRAD && g->fattr[0] == act->fattr[0] && g->fattr[1] == act->fattr[1];
 }
 
-static int is_activation_gradient(const lz_step *s)
+static int is_activation_gradient(const lz_instr *s)
 {
     return s->op == LZ_OP_RELU_GRAD || s->op == LZ_OP_HARDTANH_GRAD;
 }
@@ -43,11 +43,11 @@ static void remove_step(lz_program *p, int i)
    gradient steps' kernels can recompute for it (the same x, statistics
    and eps as gradient step b, and no other activation folded in than
    act's), or NULL. */
-static const lz_step *mask_source(const lz_program *p, int v, const lz_step *act,
-                                  const lz_step *b)
+static const lz_instr *mask_source(const lz_program *p, int v, const lz_instr *act,
+                                  const lz_instr *b)
 {
     for (int j = 0; j < p->n_steps; j++) {
-        const lz_step *bn = &p->steps[j];
+        const lz_instr *bn = &p->steps[j];
         if (bn->out != v) continue;
         if (bn->op != LZ_OP_BATCH_NORM) return NULL;
         for (int k = 0; k < 3; k++)
@@ -70,7 +70,7 @@ static const lz_step *mask_source(const lz_program *p, int v, const lz_step *act
 static void fold_gradients(lz_program *p)
 {
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step a = p->steps[i];
+        const lz_instr a = p->steps[i];
         const int gy = a.out;
         /* the batch norm's kernels read gz whole, element by element, and
            recompute the mask there: a broadcast operand (the gradient of a
@@ -84,7 +84,7 @@ static void fold_gradients(lz_program *p)
         for (int j = i + 1; j < p->n_steps && ok; j++)
             for (int k = 0; k < p->steps[j].n_in && ok; k++) {
                 if (p->steps[j].in[k] != gy) continue;
-                const lz_step *b = &p->steps[j];
+                const lz_instr *b = &p->steps[j];
                 ok = k == 3 && b->iattr[2] == 0 &&
                      (b->op == LZ_OP_BATCH_NORM_GRAD_STATS || b->op == LZ_OP_BATCH_NORM_GRAD) &&
                      mask_source(p, a.in[0], &a, b);
@@ -92,9 +92,9 @@ static void fold_gradients(lz_program *p)
             }
         if (!ok || readers == 0) continue;
         for (int j = i + 1; j < p->n_steps; j++) {
-            lz_step *b = &p->steps[j];
+            lz_instr *b = &p->steps[j];
             if (b->n_in < 4 || b->in[3] != gy) continue;
-            const lz_step *bn = mask_source(p, a.in[0], &a, b);
+            const lz_instr *bn = mask_source(p, a.in[0], &a, b);
             const int has_w = bn->iattr[0] != 0, has_b = bn->iattr[1] != 0;
             int *in = lz_host_realloc(b->in, sizeof *in * (size_t)(b->n_in + 2));
             if (!in) {   /* out of memory, maybe after rewriting a reader: the compile fails */
@@ -122,7 +122,7 @@ static void fold_gradients(lz_program *p)
 static void fold_activations(lz_program *p)
 {
     for (int i = 0; i < p->n_steps; i++) {
-        lz_step *bn = &p->steps[i];
+        lz_instr *bn = &p->steps[i];
         if (bn->op != LZ_OP_BATCH_NORM || bn->iattr[2] != 0) continue;
         const int y = bn->out;
         if (p->values[y].kind != LZ_VALUE_TEMP || p->values[y].dtype != LZ_F32) continue;
@@ -135,7 +135,7 @@ static void fold_activations(lz_program *p)
                 else if (act < 0 || a != 0 || !is_gradient_of(&p->steps[j], &p->steps[act])) ok = 0;
             }
         if (!ok || act < 0) continue;
-        const lz_step a = p->steps[act];
+        const lz_instr a = p->steps[act];
         for (int j = act + 1; j < p->n_steps; j++)
             if (p->steps[j].n_in > 0 && p->steps[j].in[0] == y) p->steps[j].in[0] = a.out;
         bn->iattr[2] = activation_of(&a);

@@ -33,7 +33,7 @@ static int reads_in_place(const lz_fused_arg *a, int64_t numel)
 
 /* Whether the fused step s writes value out at micro-op m (returned) and
    reads value in only at micro-ops up to m, in place; -1 if not. */
-static int same_index_writer(const lz_program *p, const lz_step *s, int out, int in)
+static int same_index_writer(const lz_program *p, const lz_instr *s, int out, int in)
 {
     const lz_fused *f = s->fused;
     if (!f) return -1;
@@ -54,7 +54,7 @@ static int same_index_writer(const lz_program *p, const lz_step *s, int out, int
    memory to, were i its last reader. */
 static int could_overwrite(const lz_program *p, int i)
 {
-    const lz_step *s = &p->steps[i];
+    const lz_instr *s = &p->steps[i];
     if (!s->fused) return 0;
     for (int k = -1; k < s->fused->n_extra; k++) {
         int o = k < 0 ? s->out : s->fused->extra[k];
@@ -77,7 +77,7 @@ static void mark_with_readers(const lz_program *p, int c, char *tail, char *mine
     memset(mine, 0, (size_t)p->n_steps);
     memset(made, 0, (size_t)p->n_values);
     for (int j = c; j < p->n_steps; j++) {
-        const lz_step *s = &p->steps[j];
+        const lz_instr *s = &p->steps[j];
         int reached = j == c;
         for (int k = 0; k < s->n_in && !reached; k++) reached = made[lz_memory_of(p, s->in[k])];
         if (!reached) continue;
@@ -91,7 +91,7 @@ static void mark_with_readers(const lz_program *p, int c, char *tail, char *mine
 
 static void sink_tail(lz_program *p, const char *tail)
 {
-    lz_step *order = lz_host_malloc(sizeof *order * (size_t)(p->n_steps + 1));
+    lz_instr *order = lz_host_malloc(sizeof *order * (size_t)(p->n_steps + 1));
     if (!order) {
         p->out_of_memory = 1;
         return;
@@ -125,7 +125,7 @@ static void record_uses(lz_program *p)
         if (val->kind == LZ_VALUE_INPUT) p->input_value[val->slot] = v;
     }
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step *s = &p->steps[i];
+        const lz_instr *s = &p->steps[i];
         for (int k = -1; k < (s->fused ? s->fused->n_extra : 0); k++) {
             const lz_value *v = &p->values[k < 0 ? s->out : s->fused->extra[k]];
             if (v->kind == LZ_VALUE_OUTPUT) p->written_by[v->slot] = i;

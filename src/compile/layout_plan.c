@@ -39,7 +39,7 @@ static int eligible(const lz_value *v, int b)
 
 /* The values of step s and how its kernel takes each: its inputs, its
    output, and a fused step's other stored results (taken as its output). */
-static int step_values(const lz_step *s, const uint8_t *how, int *v, uint8_t *h)
+static int step_values(const lz_instr *s, const uint8_t *how, int *v, uint8_t *h)
 {
     int n = 0;
     for (int k = 0; k < s->n_in; k++) { v[n] = s->in[k]; h[n++] = how[k]; }
@@ -85,7 +85,7 @@ void lz_plan_layouts(lz_program *p, const lz_backend *be)
     if (b <= 0 || p->n_values == 0) return;
     int most = 1;   /* values of the step with the most */
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step *s = &p->steps[i];
+        const lz_instr *s = &p->steps[i];
         const int n = s->n_in + 1 + (s->fused ? s->fused->n_extra : 0);
         if (n > most) most = n;
     }

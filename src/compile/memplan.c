@@ -54,7 +54,7 @@ static void give(freelist *f, size_t off, size_t size)
     f->v[f->n++] = (block){off, size};
 }
 
-static int n_extra(const lz_step *s) { return s->fused ? s->fused->n_extra : 0; }
+static int n_extra(const lz_instr *s) { return s->fused ? s->fused->n_extra : 0; }
 
 static size_t aligned(size_t nbytes) { return (nbytes + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -74,7 +74,7 @@ void lz_plan_memory(lz_program *p)
     }
     freelist f = {0};
     for (int i = 0; i < p->n_steps; i++) {
-        lz_step *s = &p->steps[i];
+        lz_instr *s = &p->steps[i];
         /* a fused step writes its extra results too: all are placed
            before any input is freed */
         for (int k = -1; k < n_extra(s); k++) {

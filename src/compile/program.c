@@ -6,7 +6,7 @@
 
 #include "compile/program.h"
 
-static void step_free(lz_step *s)
+static void step_free(lz_instr *s)
 {
     lz_fused *f = s->fused;
     for (int k = 0; f && k < f->n_ops; k++) free(f->ops[k].in);

@@ -29,7 +29,9 @@ typedef struct lz_value {
 
 struct lz_fused;
 
-typedef struct lz_step {
+/* One instruction of a program: a kernel call. ("Step" is kept for the
+   training step: the barrier, lz_step_fn, an optimizer's update.) */
+typedef struct lz_instr {
     uint16_t op;             /* lz_op: backends dispatch on it */
     int      out;            /* value index */
     int      n_in;
@@ -41,7 +43,7 @@ typedef struct lz_step {
        scratchpad, reorder buffers): the backend's prepare sets the size,
        the memory plan places it in the arena beside the step's values */
     size_t   scratch_bytes, scratch_offset;
-} lz_step;
+} lz_instr;
 
 /* Where a micro-op of a fused step reads an operand. */
 enum {
@@ -63,7 +65,7 @@ typedef struct lz_fused_arg { int kind, ref; } lz_fused_arg;
 typedef struct lz_fused {
     int      n_ops;
     int64_t  numel;
-    lz_step  ops[LZ_FUSED_MAX_OPS];
+    lz_instr  ops[LZ_FUSED_MAX_OPS];
     lz_fused_arg args[LZ_FUSED_MAX_OPS][LZ_FUSED_MAX_IN];
     uint8_t  store[LZ_FUSED_MAX_OPS];
     int      n_extra;        /* stored results besides the step's `out` */
@@ -74,7 +76,7 @@ typedef struct lz_program {
     int       n_values;
     lz_value *values;
     int       n_steps;
-    lz_step  *steps;
+    lz_instr  *steps;
     int       n_inputs, n_outputs;
     size_t    arena_bytes;   /* temps live here, placed by liveness */
     double    flops;         /* matmul (and later conv) work per run */

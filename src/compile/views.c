@@ -21,7 +21,7 @@ void lz_plan_views(lz_program *p)
         return;
     }
     for (int i = 0; i < p->n_steps; i++) {
-        const lz_step *s = &p->steps[i];
+        const lz_instr *s = &p->steps[i];
         lz_value *out = &p->values[s->out];
         const lz_value *in = s->op == LZ_OP_RESHAPE ? &p->values[s->in[0]] : NULL;
         if (in && out->kind == LZ_VALUE_TEMP && out->nbytes == in->nbytes) {

@@ -74,7 +74,7 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
         const cpu_step *cs = &e->steps[i];
         const int timed = lz_profile_on();
         const double t0 = timed ? lz_now_ms() : 0;
-        const lz_step *s = &p->steps[i];
+        const lz_instr *s = &p->steps[i];
         void *scratch = s->scratch_bytes ? (char *)arena + s->scratch_offset : NULL;
         const char *err = cs->state ? cs->stateful->run(cs->state, p, s, ptrs, scratch)
                                     : cs->kernel(p, s, ptrs);

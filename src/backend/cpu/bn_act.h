@@ -39,7 +39,7 @@ static inline float bn_act_grad(int act, float y, float g, float lo, float hi)
 /* A gradient step's folded activation (iattr[2]) and the forward's weight
    and bias it recomputes y with: its last inputs, iattr[3] and iattr[4]
    saying which are there (NULL: 1 and 0). */
-static inline int bn_folded_act(const lz_step *s, void *const *ptrs, const float **fw,
+static inline int bn_folded_act(const lz_instr *s, void *const *ptrs, const float **fw,
                                 const float **fb)
 {
     const int has_w = s->iattr[3] != 0, has_b = s->iattr[4] != 0;

@@ -79,7 +79,7 @@ typedef struct bn_fold {
     float lo, hi;
 } bn_fold;
 
-static bn_fold fold_of(const lz_step *s, void *const *ptrs)
+static bn_fold fold_of(const lz_instr *s, void *const *ptrs)
 {
     bn_fold f = {0};
     f.act = bn_folded_act(s, ptrs, &f.w, &f.b);
@@ -105,7 +105,7 @@ static void act_grad_row(const bn_fold *f, int64_t c, const float *x, const floa
 
 /* ---- forward ------------------------------------------------------------ */
 
-static const char *k_bn_stats(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_bn_stats(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_bn_stats_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
@@ -145,7 +145,7 @@ static const char *k_bn_stats(const lz_program *p, const lz_step *s, void *const
     return NULL;
 }
 
-static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_bn_apply_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
@@ -179,7 +179,7 @@ static const char *k_bn_apply(const lz_program *p, const lz_step *s, void *const
 /* ---- backward ----------------------------------------------------------- */
 
 /* gstats[c] = sum g, gstats[C + c] = sum g * xhat */
-static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_bn_grad_stats(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_bn_grad_stats_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
@@ -235,7 +235,7 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_step *s, void *
 }
 
 /* dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)) */
-static const char *k_bn_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_bn_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_bn_grad_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);

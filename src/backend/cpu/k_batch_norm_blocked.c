@@ -33,7 +33,7 @@ typedef struct bn_dims {
    x [N, C, H, W] with C a multiple of its block, and values vs blocked
    as x is (a layout pass that got this wrong would otherwise read
    channels as pixels without a word). */
-static const char *dims_of(const lz_program *p, const lz_step *s, const int *vs, int nv,
+static const char *dims_of(const lz_program *p, const lz_instr *s, const int *vs, int nv,
                            bn_dims *d)
 {
     const lz_value *x = &p->values[s->in[0]];
@@ -110,7 +110,7 @@ static inline void stats_block(const float *x, const bn_dims *d, int64_t cb, int
     }
 }
 
-const char *lz_cpu_bn_stats_blocked(const lz_program *p, const lz_step *s, void *const *ptrs)
+const char *lz_cpu_bn_stats_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     bn_dims d;
     const char *err = dims_of(p, s, NULL, 0, &d);
@@ -169,7 +169,7 @@ static inline void apply_group(const float *x, float *y, int64_t S, int B, int L
 }
 
 /* x and y at the block's first pixel in one sample */
-static inline void apply_block(const lz_step *s, const bn_dims *d, int64_t cb, int B,
+static inline void apply_block(const lz_instr *s, const bn_dims *d, int64_t cb, int B,
                                const float *x, float *y, const float *st, float eps,
                                const float *w, const float *b)
 {
@@ -191,7 +191,7 @@ static inline void apply_block(const lz_step *s, const bn_dims *d, int64_t cb, i
     }
 }
 
-const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_step *s, void *const *ptrs)
+const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     bn_dims d;
     const char *err = dims_of(p, s, &s->out, 1, &d);
@@ -258,7 +258,7 @@ static inline void gstats_group(const float *x, const float *g, const bn_dims *d
     flush(ax, sgx, L);
 }
 
-static inline void gstats_block(const lz_step *s, const bn_dims *d, int64_t cb, int B,
+static inline void gstats_block(const lz_instr *s, const bn_dims *d, int64_t cb, int B,
                                 const float *x, const float *g, const float *st, float eps,
                                 int act, const float *fw, const float *fb, float *gs)
 {
@@ -284,7 +284,7 @@ static inline void gstats_block(const lz_step *s, const bn_dims *d, int64_t cb, 
 }
 
 /* gstats[c] = sum g, gstats[C + c] = sum g * xhat */
-const char *lz_cpu_bn_grad_stats_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_bn_grad_stats_blocked(const lz_program *p, const lz_instr *s,
                                          void *const *ptrs)
 {
     const float *fw, *fb;
@@ -320,7 +320,7 @@ static inline void grad_group(const float *x, const float *g, float *o, int64_t 
 }
 
 /* Pointers at the block's first pixel in one sample. */
-static inline void grad_block(const lz_step *s, const bn_dims *d, int64_t cb, int B,
+static inline void grad_block(const lz_instr *s, const bn_dims *d, int64_t cb, int B,
                               const float *x, const float *g, float *o, const float *st,
                               const float *gs, const float *w, float eps, float inv_m, int act,
                               const float *fw, const float *fb)
@@ -348,7 +348,7 @@ static inline void grad_block(const lz_step *s, const bn_dims *d, int64_t cb, in
 }
 
 /* dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)) */
-const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_step *s, void *const *ptrs)
+const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const float *fw, *fb;
     const int act = bn_folded_act(s, ptrs, &fw, &fb);

@@ -6,10 +6,10 @@
 
 #include "backend/cpu/kernels.h"
 
-const char *lz_cpu_bn_stats_blocked(const lz_program *p, const lz_step *s, void *const *ptrs);
-const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_step *s, void *const *ptrs);
-const char *lz_cpu_bn_grad_stats_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_bn_stats_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs);
+const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs);
+const char *lz_cpu_bn_grad_stats_blocked(const lz_program *p, const lz_instr *s,
                                          void *const *ptrs);
-const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_step *s, void *const *ptrs);
+const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs);
 
 #endif

@@ -37,7 +37,7 @@ typedef struct geom {
     int direct_1x1;         /* the image is its own column matrix */
 } geom;
 
-static geom make_geom(const lz_value *x, const lz_value *w, const lz_value *y, const lz_step *s)
+static geom make_geom(const lz_value *x, const lz_value *w, const lz_value *y, const lz_instr *s)
 {
     geom g;
     g.N = x->shape[0]; g.C = x->shape[1]; g.H = x->shape[2]; g.W = x->shape[3];
@@ -389,7 +389,7 @@ static int run_gathered(const geom *g, lz_op op, const float *a, const float *b,
     return 0;
 }
 
-static const char *conv2d(const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *conv2d(const lz_program *p, const lz_instr *s, void *const *ptrs,
                           lz_conv_path path)
 {
     const lz_value *vx = &p->values[s->in[0]], *vw = &p->values[s->in[1]], *vy = &p->values[s->out];
@@ -406,7 +406,7 @@ static const char *conv2d(const lz_program *p, const lz_step *s, void *const *pt
     return run_items(&g, forward_item, x, w, y, err);
 }
 
-static const char *conv2d_grad_input(const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *conv2d_grad_input(const lz_program *p, const lz_instr *s, void *const *ptrs,
                                      lz_conv_path path)
 {
     const lz_value *vg = &p->values[s->in[0]], *vw = &p->values[s->in[1]], *vx = &p->values[s->out];
@@ -427,7 +427,7 @@ static const char *conv2d_grad_input(const lz_program *p, const lz_step *s, void
     return run_items(&g, grad_input_item, gy, w, dx, err);
 }
 
-static const char *conv2d_grad_weight(const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *conv2d_grad_weight(const lz_program *p, const lz_instr *s, void *const *ptrs,
                                       lz_conv_path path)
 {
     const lz_value *vx = &p->values[s->in[0]], *vg = &p->values[s->in[1]], *vw = &p->values[s->out];
@@ -482,7 +482,7 @@ static const char *conv2d_grad_weight(const lz_program *p, const lz_step *s, voi
 }
 
 /* The step's (x, w, y) values, whichever direction. */
-static geom step_geom(const lz_program *p, const lz_step *s)
+static geom step_geom(const lz_program *p, const lz_instr *s)
 {
     const lz_value *a = &p->values[s->in[0]], *b = &p->values[s->in[1]], *o = &p->values[s->out];
     if (s->op == LZ_OP_CONV2D) return make_geom(a, b, o, s);
@@ -544,13 +544,13 @@ static int rows_apply(const geom *g, int op)
     return g->G == 1 && (op == LZ_OP_CONV2D_GRAD_WEIGHT || g->direct_1x1);
 }
 
-int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s)
+int lz_cpu_conv_rows_apply(const lz_program *p, const lz_instr *s)
 {
     geom g = step_geom(p, s);
     return rows_apply(&g, s->op);
 }
 
-size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s)
+size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_instr *s)
 {
     geom g = step_geom(p, s);
     const int64_t NP = g.N * g.P;
@@ -562,7 +562,7 @@ size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s)
     return sizeof(float) * (size_t)floats;
 }
 
-const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const *ptrs,
+const char *lz_cpu_conv_rows(const lz_program *p, const lz_instr *s, void *const *ptrs,
                              void *scratch)
 {
     if (!scratch) return "lz_conv2d: no scratch for the rows of blocked activations";
@@ -602,7 +602,7 @@ const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const 
     return st == dnnl_success ? NULL : "lz_conv2d: dnnl_sgemm failed (rows of blocked activations)";
 }
 
-const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
+const char *lz_cpu_conv_run(const lz_program *p, const lz_instr *s, void *const *ptrs,
                             lz_conv_path path)
 {
     /* im2col reads plain layouts; blocked steps are oneDNN's (k_dnnl_conv.c) */
@@ -617,19 +617,19 @@ const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *
     }
 }
 
-int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s)
+int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s)
 {
     geom g = step_geom(p, s);
     return can_gather(&g);
 }
 
-int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s)
+int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_instr *s)
 {
     geom g = step_geom(p, s);
     return use_gathered(&g, LZ_CONV_BY_RULE);
 }
 
-static const char *k_conv2d(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_conv2d(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     return lz_cpu_conv_run(p, s, ptrs, LZ_CONV_BY_RULE);
 }

@@ -4,7 +4,7 @@
  *
  * The primitive picks its own (blocked) layouts (format_tag_any); the step's
  * plain NCHW / OIHW memory is reordered in and out around it on every run,
- * into the step's scratch (lz_step.scratch_bytes, placed in the
+ * into the step's scratch (lz_instr.scratch_bytes, placed in the
  * executable's arena by the memory plan, live for this step alone) that
  * also holds the primitive's user-mode scratchpad. An activation the compiler keeps
  * channel-blocked (lz_value.block, compile/layout_plan.c) is handed to the
@@ -275,7 +275,7 @@ static int make_operand(dnnl_conv *c, int k, const dnnl_memory_desc_t *plain,
 
 /* The step's operands as (x, w, y), whichever direction; 0 if it is not
    a 4-d f32 convolution with work to do. */
-static int conv_operands(const lz_program *p, const lz_step *s, const lz_value **X,
+static int conv_operands(const lz_program *p, const lz_instr *s, const lz_value **X,
                          const lz_value **W, const lz_value **Y)
 {
     int vx, vw, vy;
@@ -307,7 +307,7 @@ typedef struct conv_descs {
 } conv_descs;
 
 /* 0 on success. block[k]: the layout of x, w, y (w is always plain). */
-static int make_descs(conv_descs *d, const lz_step *s, const lz_value *X, const lz_value *W,
+static int make_descs(conv_descs *d, const lz_instr *s, const lz_value *X, const lz_value *W,
                       const lz_value *Y, const int *block)
 {
     const int64_t G = s->iattr[6];
@@ -379,7 +379,7 @@ static dnnl_primitive_desc_t descs_pd(lz_op op, const conv_descs *d, int jit_onl
     return pd;
 }
 
-int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b)
+int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b)
 {
     const lz_value *X, *W, *Y;
     if (!lz_dnnl_conv_enabled() || !conv_operands(p, s, &X, &W, &Y)) return 0;
@@ -397,7 +397,7 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b)
 /* Builds the step's oneDNN primitive into c; 0 on success, else c is left
    without one (no jit kernel, or oneDNN failed). With a blocked operand
    any implementation will do: the other kernels read plain layouts only. */
-static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_step *s)
+static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
 {
     const lz_op op = (lz_op)s->op;
     const lz_value *X, *W, *Y;
@@ -460,7 +460,7 @@ static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
     return dnnl_primitive_execute(r, stream, 2, a) != dnnl_success;
 }
 
-static const char *conv_run(void *state, const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *conv_run(void *state, const lz_program *p, const lz_instr *s, void *const *ptrs,
                             void *scratch)
 {
     dnnl_conv *c = state;
@@ -509,7 +509,7 @@ static int64_t timed;   /* steps timed, ever (tests) */
 
 int64_t lz_dnnl_conv_timed(void) { return locked_read(&timed); }
 
-static void step_key(const lz_step *s, const lz_value *X, const lz_value *W, const lz_value *Y,
+static void step_key(const lz_instr *s, const lz_value *X, const lz_value *W, const lz_value *Y,
                      int64_t *key)
 {
     key[0] = s->op;
@@ -547,7 +547,7 @@ static void remember_way(const int64_t *key, int way)
 /* Runs the step on made-up operands each way it can go and returns the
    fastest: twice each after a warm-up, interleaved, best of the two (the
    machine's noise only adds). way_ok[w]: whether way w can run. */
-static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_step *s, const int *way_ok,
+static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_instr *s, const int *way_ok,
                        int prior)
 {
     void **ptrs = calloc((size_t)p->n_values, sizeof *ptrs);
@@ -605,7 +605,7 @@ static void count_created(const dnnl_conv *c)
 /* A step on blocked activations: only oneDNN reads them, or the rows
    (by the rule, or timed in tune mode). Without a primitive or rows,
    k_conv.c fails the step. */
-static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_step *s, int mode)
+static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_instr *s, int mode)
 {
     const lz_value *X, *W, *Y;
     conv_operands(p, s, &X, &W, &Y);
@@ -634,7 +634,7 @@ static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_step *s
     return c;
 }
 
-static void *conv_prepare(const lz_program *p, const lz_step *s)
+static void *conv_prepare(const lz_program *p, const lz_instr *s)
 {
     const lz_value *X, *W, *Y;
     if (!conv_operands(p, s, &X, &W, &Y)) return NULL;

@@ -25,7 +25,7 @@
 
 typedef lz_cpu_row_fn row_fn;
 
-static const char *run_rows(const lz_program *p, const lz_step *s, void *const *ptrs, row_fn row)
+static const char *run_rows(const lz_program *p, const lz_instr *s, void *const *ptrs, row_fn row)
 {
     const lz_value *ov = &p->values[s->out];
     int n_in = s->n_in;
@@ -299,7 +299,7 @@ static row_fn pow_row(float e)
     return pow_f32;
 }
 
-static row_fn pick_row(const lz_program *p, const lz_step *s)
+static row_fn pick_row(const lz_program *p, const lz_instr *s)
 {
     static const row_fn neg[3] = BY_DTYPE(neg), add[3] = BY_DTYPE(add), sub[3] = BY_DTYPE(sub),
                         mul[3] = BY_DTYPE(mul), maximum[3] = BY_DTYPE(maximum),
@@ -346,12 +346,12 @@ static row_fn pick_row(const lz_program *p, const lz_step *s)
     }
 }
 
-lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_step *s)
+lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_instr *s)
 {
     return pick_row(p, s);
 }
 
-static const char *k_elementwise(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_elementwise(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     row_fn row = pick_row(p, s);
     if (!row) return "elementwise kernel: operand dtype not supported by this op";

@@ -81,7 +81,7 @@ static void gather(float *dst, const float *base, const bcast *b, int64_t e0, in
     }
 }
 
-static const char *k_fused(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_fused(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_fused *f = s->fused;
     if (!f || f->n_ops < 1 || f->n_ops > LZ_FUSED_MAX_OPS) return "fused kernel: no micro-program";
@@ -106,7 +106,7 @@ static const char *k_fused(const lz_program *p, const lz_step *s, void *const *p
         float *res[LZ_FUSED_MAX_OPS];
         int64_t e0 = t * TILE, len = numel - e0 < TILE ? numel - e0 : TILE;
         for (int k = 0; k < n_ops; k++) {
-            const lz_step *op = &f->ops[k];
+            const lz_instr *op = &f->ops[k];
             const void *src[LZ_FUSED_MAX_IN];
             int64_t st[LZ_FUSED_MAX_IN];
             for (int a = 0; a < op->n_in; a++) {

@@ -52,7 +52,7 @@ static int64_t batch_numel(const lz_value *v)
 
 /* iattr[0] / iattr[1] set: a / b is stored with its last two axes swapped
    (a backward rule asks for a^T or b^T without copying it). */
-static const char *k_matmul(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_matmul(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *va = &p->values[s->in[0]], *vb = &p->values[s->in[1]];
     const lz_value *vo = &p->values[s->out];
@@ -256,7 +256,7 @@ static void log_softmax_grad_row(const float *yv, const float *g, float *dx, int
 
 typedef void (*row_fn)(const float *x, const float *g, float *y, int64_t n);
 
-static const char *run_axis(const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *run_axis(const lz_program *p, const lz_instr *s, void *const *ptrs,
                             row_fn row, axis_fn cols)
 {
     const lz_value *vo = &p->values[s->out];
@@ -284,22 +284,22 @@ static const char *run_axis(const lz_program *p, const lz_step *s, void *const *
     return NULL;
 }
 
-static const char *k_softmax(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_softmax(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     return run_axis(p, s, ptrs, softmax_row, softmax_cols);
 }
 
-static const char *k_log_softmax(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_log_softmax(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     return run_axis(p, s, ptrs, log_softmax_row, log_softmax_cols);
 }
 
-static const char *k_softmax_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_softmax_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     return run_axis(p, s, ptrs, softmax_grad_row, softmax_grad_cols);
 }
 
-static const char *k_log_softmax_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_log_softmax_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     return run_axis(p, s, ptrs, log_softmax_grad_row, log_softmax_grad_cols);
 }
@@ -329,7 +329,7 @@ static const char *check_targets(const void *t, int is64, int64_t n, int64_t c)
     return NULL;
 }
 
-static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_cross_entropy(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vl = &p->values[s->in[0]], *vt = &p->values[s->in[1]];
     const float *x = ptrs[s->in[0]];
@@ -351,7 +351,7 @@ static const char *k_cross_entropy(const lz_program *p, const lz_step *s, void *
 }
 
 /* d/dlogits of the mean loss: (softmax(row) - onehot(target)) * g / N */
-static const char *k_cross_entropy_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_cross_entropy_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vl = &p->values[s->in[0]], *vt = &p->values[s->in[1]];
     const float *x = ptrs[s->in[0]];

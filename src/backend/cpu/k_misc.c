@@ -5,7 +5,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/test_gate.h"
 
-static const char *k_fill(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_fill(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *out = &p->values[s->out];
     float *y = ptrs[s->out];
@@ -18,7 +18,7 @@ static const char *k_fill(const lz_program *p, const lz_step *s, void *const *pt
     return NULL;
 }
 
-static const char *k_copy(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_copy(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     memcpy(ptrs[s->out], ptrs[s->in[0]], p->values[s->out].nbytes);
     return NULL;
@@ -51,7 +51,7 @@ int lz_test_gate_waiting(void)
     return w;
 }
 
-static const char *k_test_gate(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_test_gate(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     pthread_mutex_lock(&gate_mu);
     gate_waiting = 1;

@@ -18,7 +18,7 @@
 
 /* ---- hardtanh ----------------------------------------------------------------- */
 
-static const char *k_hardtanh(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_hardtanh(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const int64_t n = p->values[s->out].numel;
     const float *x = ptrs[s->in[0]];
@@ -28,7 +28,7 @@ static const char *k_hardtanh(const lz_program *p, const lz_step *s, void *const
     return NULL;
 }
 
-static const char *k_hardtanh_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_hardtanh_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const int64_t n = p->values[s->out].numel;
     const float *x = ptrs[s->in[0]], *g = ptrs[s->in[1]];
@@ -65,7 +65,7 @@ static const char *check_indices(const char *op, const void *idx, int is64, int6
 }
 
 /* (weight [V, D], idx) -> [..., D] */
-static const char *k_embedding(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_embedding(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vw = &p->values[s->in[0]], *vi = &p->values[s->in[1]];
     const float *w = ptrs[s->in[0]];
@@ -84,7 +84,7 @@ static const char *k_embedding(const lz_program *p, const lz_step *s, void *cons
    index's row. Threads split the D columns, never the indices, so a row
    that several indices hit is summed by one thread in index order: no
    races and the same bits on any number of threads. */
-static const char *k_embedding_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_embedding_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vo = &p->values[s->out], *vi = &p->values[s->in[1]];
     const float *g = ptrs[s->in[0]];
@@ -130,7 +130,7 @@ static inline uint64_t mix64(uint64_t z)
    a key, so nearby seeds give unrelated streams. */
 typedef struct rng_stream { uint64_t key, counter; } rng_stream;
 
-static rng_stream stream_of(const lz_step *s, void *const *ptrs)
+static rng_stream stream_of(const lz_instr *s, void *const *ptrs)
 {
     uint64_t seed, counter;
     memcpy(&seed, ptrs[s->in[0]], sizeof seed);
@@ -146,7 +146,7 @@ static inline uint64_t stream_bits(rng_stream r, int64_t i)
 
 /* (seed, counter) -> element i is 0 with probability p (to 2^-32) and
    1/(1-p) otherwise, drawn from (seed, counter + i) alone. */
-static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_dropout_mask(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const int64_t n = p->values[s->out].numel;
     const rng_stream rs = stream_of(s, ptrs);
@@ -167,7 +167,7 @@ static const char *k_dropout_mask(const lz_program *p, const lz_step *s, void *c
    stream: uniform [0, 1) from the top 24 bits (exact in f32), or normal(0, 1)
    by Box-Muller from the two 32-bit halves (u1 in (0, 1], so log is finite;
    |x| <= 6.67). */
-static const char *k_rand(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_rand(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const int64_t n = p->values[s->out].numel;
     const rng_stream rs = stream_of(s, ptrs);
@@ -187,7 +187,7 @@ static const char *k_rand(const lz_program *p, const lz_step *s, void *const *pt
     return NULL;
 }
 
-static const char *k_rng_advance(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_rng_advance(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     (void)p;
     uint64_t c;

@@ -224,7 +224,7 @@ pick_row(const pgeom *g, const float *xp, int64_t oh, int64_t ow0, int64_t n, in
     }
 }
 
-static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_max_pool(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_max_pool_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
@@ -248,7 +248,7 @@ static const char *k_max_pool(const lz_program *p, const lz_step *s, void *const
 }
 
 /* (x, g) -> dx: each output's gradient goes to its window's first max. */
-static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_max_pool_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->out].block) return lz_cpu_max_pool_grad_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->in[1]], s, 1);
@@ -277,7 +277,7 @@ static const char *k_max_pool_grad(const lz_program *p, const lz_step *s, void *
     return NULL;
 }
 
-static const char *k_avg_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_avg_pool(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
     const float *x = ptrs[s->in[0]];
@@ -302,7 +302,7 @@ static const char *k_avg_pool(const lz_program *p, const lz_step *s, void *const
 }
 
 /* (g) -> dx: each output's gradient spread over its window / divisor. */
-static const char *k_avg_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_avg_pool_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     pgeom g = make_pgeom(&p->values[s->out], &p->values[s->in[0]], s, 1);
     const float *gy = ptrs[s->in[0]];
@@ -327,7 +327,7 @@ static const char *k_avg_pool_grad(const lz_program *p, const lz_step *s, void *
     return NULL;
 }
 
-static const char *k_adaptive_avg_pool(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_adaptive_avg_pool(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_adaptive_avg_pool_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 0);
@@ -354,7 +354,7 @@ static const char *k_adaptive_avg_pool(const lz_program *p, const lz_step *s, vo
     return NULL;
 }
 
-static const char *k_adaptive_avg_pool_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_adaptive_avg_pool_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->out].block) return lz_cpu_adaptive_avg_pool_grad_blocked(p, s, ptrs);
     pgeom g = make_pgeom(&p->values[s->out], &p->values[s->in[0]], s, 0);

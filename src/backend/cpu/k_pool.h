@@ -12,12 +12,12 @@ lz_kernel lz_cpu_pool_kernel(lz_op op);
 
 /* The same ops on a step whose layout is blocked (k_pool.c dispatches
    here): x's block for the forward ops, dx's for the gradients. */
-const char *lz_cpu_max_pool_blocked(const lz_program *p, const lz_step *s, void *const *ptrs);
-const char *lz_cpu_max_pool_grad_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_max_pool_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs);
+const char *lz_cpu_max_pool_grad_blocked(const lz_program *p, const lz_instr *s,
                                          void *const *ptrs);
-const char *lz_cpu_adaptive_avg_pool_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_adaptive_avg_pool_blocked(const lz_program *p, const lz_instr *s,
                                              void *const *ptrs);
-const char *lz_cpu_adaptive_avg_pool_grad_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_adaptive_avg_pool_grad_blocked(const lz_program *p, const lz_instr *s,
                                                   void *const *ptrs);
 
 #define POOL_PAR_MIN 32768   /* below this much work a parallel region costs more than it saves */
@@ -29,7 +29,7 @@ typedef struct pgeom {
 } pgeom;
 
 /* x: the pooled input's value, y: the pooled output's. */
-static inline pgeom make_pgeom(const lz_value *x, const lz_value *y, const lz_step *s, int attrs)
+static inline pgeom make_pgeom(const lz_value *x, const lz_value *y, const lz_instr *s, int attrs)
 {
     pgeom g = {0};
     g.planes = x->shape[0] * x->shape[1];

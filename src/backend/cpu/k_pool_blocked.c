@@ -322,7 +322,7 @@ INLINE void adaptive_avg_grad_plane(const pgeom *g, const float *gp, float *dp, 
 
 static const char *const mixed = "pool2d: operands in different blocked layouts";
 
-const char *lz_cpu_max_pool_blocked(const lz_program *p, const lz_step *s, void *const *ptrs)
+const char *lz_cpu_max_pool_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 1);
     const int64_t b = p->values[s->in[0]].block;
@@ -336,7 +336,7 @@ const char *lz_cpu_max_pool_blocked(const lz_program *p, const lz_step *s, void 
     return NULL;
 }
 
-const char *lz_cpu_max_pool_grad_blocked(const lz_program *p, const lz_step *s, void *const *ptrs)
+const char *lz_cpu_max_pool_grad_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->in[1]], s, 1);
     const int64_t b = p->values[s->out].block;
@@ -352,7 +352,7 @@ const char *lz_cpu_max_pool_grad_blocked(const lz_program *p, const lz_step *s, 
     return NULL;
 }
 
-const char *lz_cpu_adaptive_avg_pool_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_adaptive_avg_pool_blocked(const lz_program *p, const lz_instr *s,
                                              void *const *ptrs)
 {
     const pgeom g = make_pgeom(&p->values[s->in[0]], &p->values[s->out], s, 0);
@@ -367,7 +367,7 @@ const char *lz_cpu_adaptive_avg_pool_blocked(const lz_program *p, const lz_step 
     return NULL;
 }
 
-const char *lz_cpu_adaptive_avg_pool_grad_blocked(const lz_program *p, const lz_step *s,
+const char *lz_cpu_adaptive_avg_pool_grad_blocked(const lz_program *p, const lz_instr *s,
                                                   void *const *ptrs)
 {
     const pgeom g = make_pgeom(&p->values[s->out], &p->values[s->in[0]], s, 0);

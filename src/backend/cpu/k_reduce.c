@@ -172,7 +172,7 @@ static const char *reduce_all(const red_ops *ops, const char *x, size_t esz, int
    H and W (a bias gradient): a channel's sum is lane c % b of its
    block's rows, folded b lanes at a time, in double as the plain paths.
    (A reduction over everything reads any layout alike: run_reduce's.) */
-static const char *reduce_blocked(const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *reduce_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs,
                                   int mean)
 {
     const lz_value *xv = &p->values[s->in[0]];
@@ -196,7 +196,7 @@ static const char *reduce_blocked(const lz_program *p, const lz_step *s, void *c
     return NULL;
 }
 
-static const char *run_reduce(const lz_program *p, const lz_step *s, void *const *ptrs,
+static const char *run_reduce(const lz_program *p, const lz_instr *s, void *const *ptrs,
                               const red_ops *ops, int mean)
 {
     const lz_value *xv = &p->values[s->in[0]], *ov = &p->values[s->out];
@@ -254,7 +254,7 @@ static const char *run_reduce(const lz_program *p, const lz_step *s, void *const
     return NULL;
 }
 
-static const char *k_reduce(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_reduce(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     static const red_ops *const sum[3] = {&sum_f32, &sum_i64, &sum_i32};
     static const red_ops *const max[3] = {&max_f32, &max_i64, &max_i32};

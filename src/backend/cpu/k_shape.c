@@ -139,14 +139,14 @@ static void gather(const void *src, void *dst, size_t es, int nd, const int64_t 
     }
 }
 
-static const char *k_reshape(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_reshape(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vo = &p->values[s->out];
     if (ptrs[s->out] != ptrs[s->in[0]]) memcpy(ptrs[s->out], ptrs[s->in[0]], vo->nbytes);
     return NULL;
 }
 
-static const char *k_permute(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_permute(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vi = &p->values[s->in[0]], *vo = &p->values[s->out];
     int64_t istr[LZ_MAX_DIMS], stride[LZ_MAX_DIMS];
@@ -161,7 +161,7 @@ static const char *k_permute(const lz_program *p, const lz_step *s, void *const 
     return NULL;
 }
 
-static const char *k_expand(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_expand(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vi = &p->values[s->in[0]], *vo = &p->values[s->out];
     int64_t stride[LZ_MAX_DIMS];
@@ -188,7 +188,7 @@ static void copy_blocks(const char *src, int64_t sstep, char *dst, int64_t dstep
                { memcpy(dst + o * dstep, src + o * sstep, (size_t)n); });
 }
 
-static const char *k_slice(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_slice(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vi = &p->values[s->in[0]], *vo = &p->values[s->out];
     int axis = (int)s->iattr[0];
@@ -201,7 +201,7 @@ static const char *k_slice(const lz_program *p, const lz_step *s, void *const *p
     return NULL;
 }
 
-static const char *k_slice_grad(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_slice_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vi = &p->values[s->in[0]], *vo = &p->values[s->out];
     int axis = (int)s->iattr[0];
@@ -215,7 +215,7 @@ static const char *k_slice_grad(const lz_program *p, const lz_step *s, void *con
     return NULL;
 }
 
-static const char *k_cat(const lz_program *p, const lz_step *s, void *const *ptrs)
+static const char *k_cat(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *vo = &p->values[s->out];
     int axis = (int)s->iattr[0];

@@ -6,7 +6,7 @@
 #include "backend/backend.h"
 #include "compile/program.h"
 
-typedef const char *(*lz_kernel)(const lz_program *p, const lz_step *s, void *const *ptrs);
+typedef const char *(*lz_kernel)(const lz_program *p, const lz_instr *s, void *const *ptrs);
 
 /* for (int64_t i = 0; i < n; i++) { body }: a static OpenMP loop over the
    team when par, else a plain loop on the calling thread. An `if (par)`
@@ -52,7 +52,7 @@ typedef void (*lz_cpu_row_fn)(void *out, const void *const *in, const int64_t *s
 /* The element-wise kernel's row function for step s (k_elementwise.c), so
    the fused kernel applies the very same formulas; NULL if s is not an
    element-wise op or its dtypes are not supported. */
-lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_step *s);
+lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_instr *s);
 
 /* The kernel for op, or NULL if no family has one. */
 lz_kernel lz_cpu_kernel_for(lz_op op);
@@ -61,11 +61,11 @@ lz_kernel lz_cpu_kernel_for(lz_op op);
    (oneDNN primitives) and reuses it on every run. prepare returns NULL
    when the step is better (or only) run by the plain kernel for its op. */
 typedef struct lz_stateful_kernel {
-    void *(*prepare)(const lz_program *p, const lz_step *s);
-    /* the step's scratch (lz_step.scratch_bytes) the state asks for */
+    void *(*prepare)(const lz_program *p, const lz_instr *s);
+    /* the step's scratch (lz_instr.scratch_bytes) the state asks for */
     size_t (*scratch_bytes)(const void *state);
     /* scratch: scratch_bytes of the executable's arena, this step's alone */
-    const char *(*run)(void *state, const lz_program *p, const lz_step *s, void *const *ptrs,
+    const char *(*run)(void *state, const lz_program *p, const lz_instr *s, void *const *ptrs,
                        void *scratch);
     void (*release)(void *state);
     /* whether the state runs a library primitive (oneDNN) rather than
@@ -95,10 +95,10 @@ int64_t lz_dnnl_conv_winograd(void);
 int64_t lz_dnnl_conv_timed(void);
 /* Whether oneDNN has a jit primitive for conv2d step s with its
    activations in channel block b (k_dnnl_conv.c). */
-int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b);
+int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b);
 /* Blocked layouts on the CPU (operand_layouts.c): the lz_backend hooks. */
 int  lz_cpu_layout_block(void);
-void lz_cpu_operand_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *how);
+void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
 void lz_dnnl_conv_trim(void);
 
@@ -108,7 +108,7 @@ void lz_dnnl_conv_trim(void);
    direct loops whatever the path; GATHERED where it cannot apply (one
    image, too large) runs one image at a time. */
 typedef enum lz_conv_path { LZ_CONV_BY_RULE, LZ_CONV_PER_IMAGE, LZ_CONV_GATHERED } lz_conv_path;
-const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *ptrs,
+const char *lz_cpu_conv_run(const lz_program *p, const lz_instr *s, void *const *ptrs,
                             lz_conv_path path);
 /* A conv2d step on channel-blocked activations (either may be plain) as
    one sgemm over rows [C, N*P], every image side by side: the weight
@@ -118,13 +118,13 @@ const char *lz_cpu_conv_run(const lz_program *p, const lz_step *s, void *const *
    are copied out of their blocks and back in through `scratch`, of
    lz_cpu_conv_rows_bytes. Ungrouped steps only; lz_cpu_conv_rows_apply
    says whether s is one it takes. */
-int lz_cpu_conv_rows_apply(const lz_program *p, const lz_step *s);
-size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_step *s);
-const char *lz_cpu_conv_rows(const lz_program *p, const lz_step *s, void *const *ptrs,
+int lz_cpu_conv_rows_apply(const lz_program *p, const lz_instr *s);
+size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_instr *s);
+const char *lz_cpu_conv_rows(const lz_program *p, const lz_instr *s, void *const *ptrs,
                              void *scratch);
 /* Whether step s can run GATHERED, and whether its rule picks that. */
-int lz_cpu_conv_can_gather(const lz_program *p, const lz_step *s);
-int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_step *s);
+int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s);
+int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_instr *s);
 
 /* Strides (in elements) that read `in` broadcast to out's shape, aligned
    to out's ndim (0 on broadcast axes). */

@@ -32,7 +32,7 @@ static int same_shape(const lz_value *a, const lz_value *b)
 /* An element-wise kernel walks its output's order, reading an operand of
    the output's shape in that order and a broadcast one (plain) through it
    (lz_order_strides). */
-static void elementwise(const lz_program *p, const lz_step *s, uint8_t *how)
+static void elementwise(const lz_program *p, const lz_instr *s, uint8_t *how)
 {
     const lz_value *out = &p->values[s->out];
     for (int k = 0; k < s->n_in; k++)
@@ -43,7 +43,7 @@ static void elementwise(const lz_program *p, const lz_step *s, uint8_t *how)
 /* The fused kernel reads an operand in the group's order, or gathers it
    through the blocked order (broadcasts); every micro-op must have the
    output's shape for that order to be the group's. */
-static void fused(const lz_program *p, const lz_step *s, uint8_t *how)
+static void fused(const lz_program *p, const lz_instr *s, uint8_t *how)
 {
     const lz_fused *f = s->fused;
     const lz_value *out = &p->values[s->out];
@@ -58,7 +58,7 @@ static void fused(const lz_program *p, const lz_step *s, uint8_t *how)
                     how[k] = LZ_TAKES_PLAIN;
 }
 
-void lz_cpu_operand_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *how)
+void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how)
 {
     for (int k = 0; k <= s->n_in; k++) how[k] = LZ_TAKES_PLAIN;
     switch (s->op) {
