@@ -11,41 +11,41 @@
 #include <string.h>
 #include "lazyc.h"
 
-#define LZFX_MAX_TENSORS 32
-#define LZFX_MAX_ATTRS 16
-#define LZFX_MAX_VALS 16
+#define LZ_TEST_FX_MAX_TENSORS 32
+#define LZ_TEST_FX_MAX_ATTRS 16
+#define LZ_TEST_FX_MAX_VALS 16
 
-typedef struct lzfx_tensor {
+typedef struct lz_test_fx_tensor {
     char name[32];
     lz_dtype dtype;
     int ndim;
     int64_t shape[LZ_MAX_DIMS];
     int64_t numel;
     const void *data;        /* points into the fixture's file image */
-} lzfx_tensor;
+} lz_test_fx_tensor;
 
-typedef struct lzfx_attr {
+typedef struct lz_test_fx_attr {
     char key[32];
     int n, is_float;
-    int64_t i[LZFX_MAX_VALS];
-    double f[LZFX_MAX_VALS];
-} lzfx_attr;
+    int64_t i[LZ_TEST_FX_MAX_VALS];
+    double f[LZ_TEST_FX_MAX_VALS];
+} lz_test_fx_attr;
 
-typedef struct lzfx {
+typedef struct lz_test_fx {
     char op[32];
     int n_tensors, n_attrs;
-    lzfx_tensor t[LZFX_MAX_TENSORS];
-    lzfx_attr a[LZFX_MAX_ATTRS];
+    lz_test_fx_tensor t[LZ_TEST_FX_MAX_TENSORS];
+    lz_test_fx_attr a[LZ_TEST_FX_MAX_ATTRS];
     char *image;             /* the whole file */
     char *data;              /* the tensors, each 8-byte aligned */
-} lzfx;
+} lz_test_fx;
 
-static inline size_t lzfx_dtype_size(lz_dtype d)
+static inline size_t lz_test_fx_dtype_size(lz_dtype d)
 {
     return d == LZ_F32 ? 4 : d == LZ_I64 ? 8 : 4;
 }
 
-static inline int lzfx_dtype_parse(const char *s, lz_dtype *d)
+static inline int lz_test_fx_dtype_parse(const char *s, lz_dtype *d)
 {
     if (!strcmp(s, "f32")) *d = LZ_F32;
     else if (!strcmp(s, "i64")) *d = LZ_I64;
@@ -54,7 +54,7 @@ static inline int lzfx_dtype_parse(const char *s, lz_dtype *d)
     return 0;
 }
 
-static inline void lzfx_free(lzfx *fx)
+static inline void lz_test_fx_free(lz_test_fx *fx)
 {
     free(fx->image);
     free(fx->data);
@@ -63,7 +63,7 @@ static inline void lzfx_free(lzfx *fx)
 }
 
 /* Loads path into fx; on failure returns -1 with a reason in err. */
-static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen)
+static inline int lz_test_fx_load(const char *path, lz_test_fx *fx, char *err, size_t errlen)
 {
     memset(fx, 0, sizeof *fx);
     FILE *f = fopen(path, "rb");
@@ -74,7 +74,7 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
     fx->image = malloc((size_t)size + 1);
     if (!fx->image || fread(fx->image, 1, (size_t)size, f) != (size_t)size) {
         fclose(f);
-        lzfx_free(fx);
+        lz_test_fx_free(fx);
         snprintf(err, errlen, "%s: cannot read", path);
         return -1;
     }
@@ -100,24 +100,24 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
             char *op = strtok_r(NULL, " ", &save);
             snprintf(fx->op, sizeof fx->op, "%s", op ? op : "");
         } else if (!strcmp(word, "iattr") || !strcmp(word, "fattr")) {
-            if (fx->n_attrs == LZFX_MAX_ATTRS) goto bad;
-            lzfx_attr *a = &fx->a[fx->n_attrs++];
+            if (fx->n_attrs == LZ_TEST_FX_MAX_ATTRS) goto bad;
+            lz_test_fx_attr *a = &fx->a[fx->n_attrs++];
             char *key = strtok_r(NULL, " ", &save);
             if (!key) goto bad;
             snprintf(a->key, sizeof a->key, "%s", key);
             a->is_float = word[0] == 'f';
             for (char *v; (v = strtok_r(NULL, " ", &save));) {
-                if (a->n == LZFX_MAX_VALS) goto bad;
+                if (a->n == LZ_TEST_FX_MAX_VALS) goto bad;
                 a->f[a->n] = strtod(v, NULL);
                 a->i[a->n] = strtoll(v, NULL, 10);
                 a->n++;
             }
         } else if (!strcmp(word, "tensor")) {
-            if (fx->n_tensors == LZFX_MAX_TENSORS) goto bad;
-            lzfx_tensor *t = &fx->t[fx->n_tensors++];
+            if (fx->n_tensors == LZ_TEST_FX_MAX_TENSORS) goto bad;
+            lz_test_fx_tensor *t = &fx->t[fx->n_tensors++];
             char *name = strtok_r(NULL, " ", &save), *dt = strtok_r(NULL, " ", &save);
             char *nd = strtok_r(NULL, " ", &save);
-            if (!name || !dt || !nd || lzfx_dtype_parse(dt, &t->dtype)) goto bad;
+            if (!name || !dt || !nd || lz_test_fx_dtype_parse(dt, &t->dtype)) goto bad;
             snprintf(t->name, sizeof t->name, "%s", name);
             t->ndim = atoi(nd);
             if (t->ndim < 0 || t->ndim > LZ_MAX_DIMS) goto bad;
@@ -134,19 +134,19 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
                tensor is copied to an 8-byte aligned place of its own. */
             size_t total = 0;
             for (int i = 0; i < fx->n_tensors; i++)
-                total += ((size_t)fx->t[i].numel * lzfx_dtype_size(fx->t[i].dtype) + 7) & ~(size_t)7;
+                total += ((size_t)fx->t[i].numel * lz_test_fx_dtype_size(fx->t[i].dtype) + 7) & ~(size_t)7;
             fx->data = malloc(total ? total : 1);
             if (!fx->data) {
                 snprintf(err, errlen, "%s: out of memory", path);
-                lzfx_free(fx);
+                lz_test_fx_free(fx);
                 return -1;
             }
             char *q = fx->data;
             for (int i = 0; i < fx->n_tensors; i++) {
-                size_t nb = (size_t)fx->t[i].numel * lzfx_dtype_size(fx->t[i].dtype);
+                size_t nb = (size_t)fx->t[i].numel * lz_test_fx_dtype_size(fx->t[i].dtype);
                 if ((size_t)(end - p) < nb) {
                     snprintf(err, errlen, "%s: data ends inside tensor %s", path, fx->t[i].name);
-                    lzfx_free(fx);
+                    lz_test_fx_free(fx);
                     return -1;
                 }
                 memcpy(q, p, nb);
@@ -156,7 +156,7 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
             }
             if (p != end) {
                 snprintf(err, errlen, "%s: %ld bytes after the last tensor", path, (long)(end - p));
-                lzfx_free(fx);
+                lz_test_fx_free(fx);
                 return -1;
             }
             return 0;
@@ -165,22 +165,22 @@ static inline int lzfx_load(const char *path, lzfx *fx, char *err, size_t errlen
         }
     }
     snprintf(err, errlen, "%s: %s", path, got_magic ? "no data line" : "not a lazyc fixture");
-    lzfx_free(fx);
+    lz_test_fx_free(fx);
     return -1;
 bad:
     snprintf(err, errlen, "%s:%d: malformed header line", path, line_no);
-    lzfx_free(fx);
+    lz_test_fx_free(fx);
     return -1;
 }
 
-static inline const lzfx_tensor *lzfx_get(const lzfx *fx, const char *name)
+static inline const lz_test_fx_tensor *lz_test_fx_get(const lz_test_fx *fx, const char *name)
 {
     for (int i = 0; i < fx->n_tensors; i++)
         if (!strcmp(fx->t[i].name, name)) return &fx->t[i];
     return NULL;
 }
 
-static inline const lzfx_attr *lzfx_attr_get(const lzfx *fx, const char *key)
+static inline const lz_test_fx_attr *lz_test_fx_attr_get(const lz_test_fx *fx, const char *key)
 {
     for (int i = 0; i < fx->n_attrs; i++)
         if (!strcmp(fx->a[i].key, key)) return &fx->a[i];
@@ -188,34 +188,34 @@ static inline const lzfx_attr *lzfx_attr_get(const lzfx *fx, const char *key)
 }
 
 /* First value of an integer attribute, or dflt when absent. */
-static inline int64_t lzfx_int(const lzfx *fx, const char *key, int64_t dflt)
+static inline int64_t lz_test_fx_int(const lz_test_fx *fx, const char *key, int64_t dflt)
 {
-    const lzfx_attr *a = lzfx_attr_get(fx, key);
+    const lz_test_fx_attr *a = lz_test_fx_attr_get(fx, key);
     return a && a->n > 0 ? a->i[0] : dflt;
 }
 
-static inline double lzfx_float(const lzfx *fx, const char *key, double dflt)
+static inline double lz_test_fx_float(const lz_test_fx *fx, const char *key, double dflt)
 {
-    const lzfx_attr *a = lzfx_attr_get(fx, key);
+    const lz_test_fx_attr *a = lz_test_fx_attr_get(fx, key);
     return a && a->n > 0 ? a->f[0] : dflt;
 }
 
 /* A new lazyc data tensor with the fixture tensor's values. */
-static inline lz_tensor *lzfx_to_lz(const lzfx_tensor *t)
+static inline lz_tensor *lz_test_fx_to_lz(const lz_test_fx_tensor *t)
 {
     return lz_from_host(t->data, t->dtype, t->ndim, t->shape);
 }
 
 /* Address of element off of t's data (to feed one batch of a stacked
    tensor). */
-static inline const void *lzfx_data_at(const lzfx_tensor *t, int64_t off)
+static inline const void *lz_test_fx_data_at(const lz_test_fx_tensor *t, int64_t off)
 {
-    return (const char *)t->data + (size_t)off * lzfx_dtype_size(t->dtype);
+    return (const char *)t->data + (size_t)off * lz_test_fx_dtype_size(t->dtype);
 }
 
 /* Reads INDEX of dir: up to max case file names into names (each malloc'ed);
    returns the count, or -1. */
-static inline int lzfx_index(const char *dir, char **names, int max)
+static inline int lz_test_fx_index(const char *dir, char **names, int max)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/INDEX", dir);
@@ -233,7 +233,7 @@ static inline int lzfx_index(const char *dir, char **names, int max)
 
 /* The fixture directory: $LZ_FIXTURES, else "fixtures" (ctest runs the
    tests in tests/). */
-static inline const char *lzfx_dir(void)
+static inline const char *lz_test_fx_dir(void)
 {
     const char *d = getenv("LZ_FIXTURES");
     return d && d[0] ? d : "fixtures";

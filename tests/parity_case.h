@@ -19,31 +19,31 @@
 
 #define PC_MAX_IN 8
 
-typedef struct pc_op {
+typedef struct lz_test_pc_op {
     const char *name;
     double tol;
     int cases[2];                  /* fixtures run, per mode */
     double worst_out, worst_grad;  /* over all cases and both modes */
-} pc_op;
+} lz_test_pc_op;
 
 /* One case being run; what the callbacks see. */
-typedef struct pc_case {
-    const lzfx *fx;
+typedef struct lz_test_pc_case {
+    const lz_test_fx *fx;
     const char *file;
     int eager;
-    pc_op *info;
-    const lzfx_tensor *ref_out, *ref_w;
+    lz_test_pc_op *info;
+    const lz_test_fx_tensor *ref_out, *ref_w;
     int n;                                 /* inputs x0..x{n-1} */
-    const lzfx_tensor *xs[PC_MAX_IN], *gs[PC_MAX_IN];
+    const lz_test_fx_tensor *xs[PC_MAX_IN], *gs[PC_MAX_IN];
     lz_tensor *in[PC_MAX_IN];
     lz_tensor *state[4];                   /* the test's own tensors (e.g. running stats) */
     lz_tensor *out;
     char line[1400];
     size_t o;                              /* length of line so far */
-} pc_case;
+} lz_test_pc_case;
 
-typedef struct pc_hooks {
-    pc_op *ops;
+typedef struct lz_test_pc_hooks {
+    lz_test_pc_op *ops;
     int n_ops;
     int file_width;          /* width of the file column of a case line */
     const char *skip_op;     /* fixtures of this op are someone else's: skipped, not counted */
@@ -53,20 +53,20 @@ typedef struct pc_hooks {
                                 without the "(no grad)" note; else only those with a g%d */
     int one_worst;           /* every error (also gradients) goes into worst_out */
     /* Before the metrics are taken (inputs built); may fill c->state. */
-    void (*prepare)(pc_case *c);
+    void (*prepare)(lz_test_pc_case *c);
     /* Runs the op on c->in[0..n); NULL + lz_last_error on failure. */
-    lz_tensor *(*run)(pc_case *c);
+    lz_tensor *(*run)(lz_test_pc_case *c);
     /* After the value and gradient checks of a case that ran; returns 0 if
-       an extra check failed (report with pc_report). */
-    int (*extra)(pc_case *c);
-} pc_hooks;
+       an extra check failed (report with lz_test_pc_report). */
+    int (*extra)(lz_test_pc_case *c);
+} lz_test_pc_hooks;
 
-static inline const char *pc_dtype_str(lz_dtype d)
+static inline const char *lz_test_pc_dtype_str(lz_dtype d)
 {
     return d == LZ_F32 ? "f32" : d == LZ_I64 ? "i64" : d == LZ_I32 ? "i32" : "?";
 }
 
-static inline int pc_same_shape(lz_tensor *t, const lzfx_tensor *ref)
+static inline int lz_test_pc_same_shape(lz_tensor *t, const lz_test_fx_tensor *ref)
 {
     if (!t || lz_ndim(t) != ref->ndim) return 0;
     for (int d = 0; d < ref->ndim; d++)
@@ -74,7 +74,7 @@ static inline int pc_same_shape(lz_tensor *t, const lzfx_tensor *ref)
     return 1;
 }
 
-static inline void pc_shape_str(lz_tensor *t, char *buf, size_t len)
+static inline void lz_test_pc_shape_str(lz_tensor *t, char *buf, size_t len)
 {
     size_t o = (size_t)snprintf(buf, len, "[");
     for (int d = 0; t && d < lz_ndim(t) && o < len; d++)
@@ -84,9 +84,9 @@ static inline void pc_shape_str(lz_tensor *t, char *buf, size_t len)
 
 /* Relative error of t against the fixture tensor; INFINITY if unreadable.
    Integer tensors must match exactly (0 or INFINITY). */
-static inline double pc_compare(lz_tensor *t, const lzfx_tensor *ref)
+static inline double lz_test_pc_compare(lz_tensor *t, const lz_test_fx_tensor *ref)
 {
-    if (!pc_same_shape(t, ref) || lz_tensor_dtype(t) != ref->dtype) return INFINITY;
+    if (!lz_test_pc_same_shape(t, ref) || lz_tensor_dtype(t) != ref->dtype) return INFINITY;
     if (ref->dtype == LZ_F32) {
         float *v = lz_test_read(t);
         if (!v) return INFINITY;
@@ -94,7 +94,7 @@ static inline double pc_compare(lz_tensor *t, const lzfx_tensor *ref)
         free(v);
         return e;
     }
-    size_t nb = (size_t)ref->numel * lzfx_dtype_size(ref->dtype);
+    size_t nb = (size_t)ref->numel * lz_test_fx_dtype_size(ref->dtype);
     void *v = malloc(nb ? nb : 1);
     double e = lz_to_host(t, v, nb) == 0 && memcmp(v, ref->data, nb) == 0 ? 0 : INFINITY;
     free(v);
@@ -103,7 +103,7 @@ static inline double pc_compare(lz_tensor *t, const lzfx_tensor *ref)
 
 /* Appends " name err" to the case line, updates *worst; returns 1 if err
    is within the op's tolerance. */
-static inline int pc_report(pc_case *c, const char *name, double e, const char *note,
+static inline int lz_test_pc_report(lz_test_pc_case *c, const char *name, double e, const char *note,
                             double *worst)
 {
     c->o += (size_t)snprintf(c->line + c->o, sizeof c->line - c->o, " %s %.2e%s", name, e, note);
@@ -111,49 +111,49 @@ static inline int pc_report(pc_case *c, const char *name, double e, const char *
     return e <= c->info->tol;
 }
 
-static inline int pc_run_case(const char *dir, const char *file, int eager, const pc_hooks *h)
+static inline int lz_test_pc_run_case(const char *dir, const char *file, int eager, const lz_test_pc_hooks *h)
 {
     char path[2304], err[2816];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    lzfx fx;
-    if (lzfx_load(path, &fx, err, sizeof err) != 0) {
+    lz_test_fx fx;
+    if (lz_test_fx_load(path, &fx, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         CHECK(!"fixture loads");
         return -1;
     }
-    if (h->skip_op && !strcmp(fx.op, h->skip_op)) { lzfx_free(&fx); return 0; }
-    pc_op *info = NULL;
+    if (h->skip_op && !strcmp(fx.op, h->skip_op)) { lz_test_fx_free(&fx); return 0; }
+    lz_test_pc_op *info = NULL;
     for (int i = 0; i < h->n_ops && !info; i++)
         if (!strcmp(h->ops[i].name, fx.op)) info = &h->ops[i];
     if (!info) {
         fprintf(stderr, "%s: op %s has no runner in this test\n", file, fx.op);
         CHECK(!"fixture op known");
-        lzfx_free(&fx);
+        lz_test_fx_free(&fx);
         return -1;
     }
     info->cases[eager]++;
 
-    static pc_case c;   /* large line buffer; cases run one at a time */
+    static lz_test_pc_case c;   /* large line buffer; cases run one at a time */
     memset(&c, 0, sizeof c);
     c.fx = &fx;
     c.file = file;
     c.eager = eager;
     c.info = info;
-    c.ref_out = lzfx_get(&fx, "out");
-    c.ref_w = lzfx_get(&fx, "w");
+    c.ref_out = lz_test_fx_get(&fx, "out");
+    c.ref_w = lz_test_fx_get(&fx, "w");
     for (; c.n < PC_MAX_IN; c.n++) {
         char name[16];
         snprintf(name, sizeof name, "x%d", c.n);
-        if (!(c.xs[c.n] = lzfx_get(&fx, name))) break;
+        if (!(c.xs[c.n] = lz_test_fx_get(&fx, name))) break;
         snprintf(name, sizeof name, "g%d", c.n);
-        c.gs[c.n] = lzfx_get(&fx, name);
+        c.gs[c.n] = lz_test_fx_get(&fx, name);
     }
     double *worst_grad = h->one_worst ? &info->worst_out : &info->worst_grad;
 
     lz_clear_error();
     lz_scope_begin();
     for (int i = 0; i < c.n; i++) {
-        c.in[i] = lzfx_to_lz(c.xs[i]);
+        c.in[i] = lz_test_fx_to_lz(c.xs[i]);
         if (h->grads_all || c.gs[i]) lz_requires_grad(c.in[i], 1);
     }
     if (h->prepare) h->prepare(&c);
@@ -161,7 +161,7 @@ static inline int pc_run_case(const char *dir, const char *file, int eager, cons
     c.out = h->run(&c);
     int ok = c.out != NULL && (!h->need_refs || (c.ref_out && c.ref_w));
     if (ok && c.ref_w) {
-        lz_tensor *loss = lz_sum(lz_mul(c.out, lzfx_to_lz(c.ref_w)));
+        lz_tensor *loss = lz_sum(lz_mul(c.out, lz_test_fx_to_lz(c.ref_w)));
         ok = loss && lz_backward(loss) == 0;
     }
     lz_metrics recorded = lz_metrics_get();
@@ -176,21 +176,21 @@ static inline int pc_run_case(const char *dir, const char *file, int eager, cons
                                 lz_last_error() ? lz_last_error() : "(no message)");
     } else {
         if (h->check_out_shape &&
-            (!pc_same_shape(c.out, c.ref_out) || lz_tensor_dtype(c.out) != c.ref_out->dtype)) {
+            (!lz_test_pc_same_shape(c.out, c.ref_out) || lz_tensor_dtype(c.out) != c.ref_out->dtype)) {
             char got[128];
-            pc_shape_str(c.out, got, sizeof got);
+            lz_test_pc_shape_str(c.out, got, sizeof got);
             c.o += (size_t)snprintf(c.line + c.o, sizeof c.line - c.o, " out shape/dtype %s %s",
-                                    got, pc_dtype_str(lz_tensor_dtype(c.out)));
+                                    got, lz_test_pc_dtype_str(lz_tensor_dtype(c.out)));
             pass = 0;
         }
-        pass &= pc_report(&c, "out", pc_compare(c.out, c.ref_out), "", &info->worst_out);
+        pass &= lz_test_pc_report(&c, "out", lz_test_pc_compare(c.out, c.ref_out), "", &info->worst_out);
         for (int i = 0; i < c.n; i++) {
             if (!h->grads_all && !c.gs[i]) continue;
             char name[16];
             snprintf(name, sizeof name, "g%d", i);
             lz_tensor *g = lz_grad(c.in[i]);
-            double ge = g && c.gs[i] ? pc_compare(g, c.gs[i]) : INFINITY;
-            pass &= pc_report(&c, name, ge, g || h->grads_all ? "" : "(no grad)", worst_grad);
+            double ge = g && c.gs[i] ? lz_test_pc_compare(g, c.gs[i]) : INFINITY;
+            pass &= lz_test_pc_report(&c, name, ge, g || h->grads_all ? "" : "(no grad)", worst_grad);
         }
         if (h->extra) pass &= h->extra(&c);
     }
@@ -211,16 +211,16 @@ static inline int pc_run_case(const char *dir, const char *file, int eager, cons
     printf("%s\n", c.line);
     CHECK(pass);
     lz_scope_end();
-    lzfx_free(&fx);
+    lz_test_fx_free(&fx);
     return pass ? 0 : -1;
 }
 
 /* Runs every fixture listed in dir/INDEX lazily, then eagerly. Returns -1
    (after a failed check) if there are none. */
-static inline int pc_run_all(const char *dir, const pc_hooks *h)
+static inline int lz_test_pc_run_all(const char *dir, const lz_test_pc_hooks *h)
 {
     char *files[1024];
-    int nf = lzfx_index(dir, files, 1024);
+    int nf = lz_test_fx_index(dir, files, 1024);
     if (nf <= 0) {
         fprintf(stderr, "no fixtures: cannot read %s/INDEX (run from tests/, or set LZ_FIXTURES)\n",
                 dir);
@@ -230,7 +230,7 @@ static inline int pc_run_all(const char *dir, const pc_hooks *h)
     for (int eager = 0; eager <= 1; eager++) {
         lz_set_eager(eager);
         int failed = 0;
-        for (int i = 0; i < nf; i++) failed += pc_run_case(dir, files[i], eager, h) != 0;
+        for (int i = 0; i < nf; i++) failed += lz_test_pc_run_case(dir, files[i], eager, h) != 0;
         lz_wait();
         printf("== %s mode: %d fixture(s) failed\n", eager ? "eager" : "lazy", failed);
     }
@@ -241,7 +241,7 @@ static inline int pc_run_all(const char *dir, const pc_hooks *h)
 
 /* Per-op summary (value and gradient errors apart); every op must have
    run in both modes. */
-static inline void pc_summary(const pc_op *ops, int n_ops, int name_width)
+static inline void lz_test_pc_summary(const lz_test_pc_op *ops, int n_ops, int name_width)
 {
     printf("== per op, worst relative error over its fixtures in both modes\n");
     for (int i = 0; i < n_ops; i++)

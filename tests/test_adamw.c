@@ -15,19 +15,19 @@
    within 3e-7 of that reference on these cases). */
 #define TOL 1e-5
 
-static lz_adamw_opts fixture_opts(const lzfx *fx)
+static lz_adamw_opts fixture_opts(const lz_test_fx *fx)
 {
     return (lz_adamw_opts){
-        .lr = (float)lzfx_float(fx, "lr", NAN),
-        .beta1 = (float)lzfx_float(fx, "beta1", NAN),
-        .beta2 = (float)lzfx_float(fx, "beta2", NAN),
-        .eps = (float)lzfx_float(fx, "eps", NAN),
-        .weight_decay = (float)lzfx_float(fx, "weight_decay", NAN),
-        .decoupled = (int)lzfx_int(fx, "decoupled", -1),
+        .lr = (float)lz_test_fx_float(fx, "lr", NAN),
+        .beta1 = (float)lz_test_fx_float(fx, "beta1", NAN),
+        .beta2 = (float)lz_test_fx_float(fx, "beta2", NAN),
+        .eps = (float)lz_test_fx_float(fx, "eps", NAN),
+        .weight_decay = (float)lz_test_fx_float(fx, "weight_decay", NAN),
+        .decoupled = (int)lz_test_fx_int(fx, "decoupled", -1),
     };
 }
 
-static double param_err(lz_tensor *t, const lzfx_tensor *ref, int64_t off, int64_t n)
+static double param_err(lz_tensor *t, const lz_test_fx_tensor *ref, int64_t off, int64_t n)
 {
     if (!ref || lz_numel(t) != n) return INFINITY;
     float *v = lz_test_read(t);
@@ -46,12 +46,12 @@ static lz_tensor *linear(lz_tensor *x, lz_tensor *w, lz_tensor *b)
     return lz_add(lz_matmul(x, lz_transpose(w, 0, 1)), b);
 }
 
-static void run_mlp(const char *file, const lzfx *fx, int eager)
+static void run_mlp(const char *file, const lz_test_fx *fx, int eager)
 {
     const char *mode = eager ? "eager" : "lazy";
-    const lzfx_tensor *x = lzfx_get(fx, "x"), *y = lzfx_get(fx, "y");
-    const lzfx_tensor *ref_losses = lzfx_get(fx, "losses");
-    int steps = (int)lzfx_int(fx, "steps", 0);
+    const lz_test_fx_tensor *x = lz_test_fx_get(fx, "x"), *y = lz_test_fx_get(fx, "y");
+    const lz_test_fx_tensor *ref_losses = lz_test_fx_get(fx, "losses");
+    int steps = (int)lz_test_fx_int(fx, "steps", 0);
     int shapes_ok = x && y && ref_losses && x->ndim == 3 && y->ndim == 2 &&
                     y->dtype == LZ_I64 && steps > 0 && steps <= 64 &&
                     steps == ref_losses->numel && steps == x->shape[0];
@@ -62,8 +62,8 @@ static void run_mlp(const char *file, const lzfx *fx, int eager)
     lz_set_eager(eager);
     lz_tensor *params[N_PARAMS];
     for (int i = 0; i < N_PARAMS; i++) {
-        const lzfx_tensor *p = lzfx_get(fx, PARAM_NAMES[i]);
-        params[i] = p ? lzfx_to_lz(p) : NULL;
+        const lz_test_fx_tensor *p = lz_test_fx_get(fx, PARAM_NAMES[i]);
+        params[i] = p ? lz_test_fx_to_lz(p) : NULL;
         CHECK(params[i] != NULL);
         if (!params[i]) return;
         lz_requires_grad(params[i], 1);
@@ -79,8 +79,8 @@ static void run_mlp(const char *file, const lzfx *fx, int eager)
     for (int s = 0; ok && s < steps; s++) {
         if (s == 1) m0 = lz_metrics_get();
         lz_scope_begin();
-        lz_tensor *xt = lz_from_host(lzfx_data_at(x, (int64_t)s * batch * n_in), LZ_F32, 2, xshape);
-        lz_tensor *yt = lz_from_host(lzfx_data_at(y, (int64_t)s * batch), LZ_I64, 1, yshape);
+        lz_tensor *xt = lz_from_host(lz_test_fx_data_at(x, (int64_t)s * batch * n_in), LZ_F32, 2, xshape);
+        lz_tensor *yt = lz_from_host(lz_test_fx_data_at(y, (int64_t)s * batch), LZ_I64, 1, yshape);
         lz_adamw_zero_grad(opt);
         lz_tensor *h = lz_relu(linear(xt, params[0], params[1]));
         lz_tensor *loss = lz_keep(lz_cross_entropy(linear(h, params[2], params[3]), yt));
@@ -111,7 +111,7 @@ static void run_mlp(const char *file, const lzfx *fx, int eager)
     for (int i = 0; i < N_PARAMS; i++) {
         char name[32];
         snprintf(name, sizeof name, "%s_final", PARAM_NAMES[i]);
-        const lzfx_tensor *ref = lzfx_get(fx, name);
+        const lz_test_fx_tensor *ref = lz_test_fx_get(fx, name);
         double e = ok && ref ? param_err(params[i], ref, 0, ref->numel) : INFINITY;
         printf("%-20s %-5s %-8s rel %.2e %s\n", file, mode, name, e, e <= TOL ? "ok" : "FAIL");
         CHECK(e <= TOL);
@@ -123,12 +123,12 @@ static void run_mlp(const char *file, const lzfx *fx, int eager)
 
 /* ---- op skip_adam: parameters that sit some steps out ------------------ */
 
-static void run_skip(const char *file, const lzfx *fx)
+static void run_skip(const char *file, const lz_test_fx *fx)
 {
-    const lzfx_tensor *p0 = lzfx_get(fx, "p"), *q0 = lzfx_get(fx, "q");
-    const lzfx_tensor *a = lzfx_get(fx, "a"), *b = lzfx_get(fx, "b"), *uses = lzfx_get(fx, "uses");
-    const lzfx_tensor *ph = lzfx_get(fx, "p_hist"), *qh = lzfx_get(fx, "q_hist");
-    int steps = (int)lzfx_int(fx, "steps", 0);
+    const lz_test_fx_tensor *p0 = lz_test_fx_get(fx, "p"), *q0 = lz_test_fx_get(fx, "q");
+    const lz_test_fx_tensor *a = lz_test_fx_get(fx, "a"), *b = lz_test_fx_get(fx, "b"), *uses = lz_test_fx_get(fx, "uses");
+    const lz_test_fx_tensor *ph = lz_test_fx_get(fx, "p_hist"), *qh = lz_test_fx_get(fx, "q_hist");
+    int steps = (int)lz_test_fx_int(fx, "steps", 0);
     int shapes_ok = p0 && q0 && a && b && uses && ph && qh && uses->dtype == LZ_I64 &&
                     steps > 0 && uses->numel == 2 * steps && ph->numel == steps * p0->numel &&
                     qh->numel == steps * q0->numel && a->numel == ph->numel &&
@@ -137,7 +137,7 @@ static void run_skip(const char *file, const lzfx *fx)
     if (!shapes_ok) return;
 
     lz_clear_error();
-    lz_tensor *p = lzfx_to_lz(p0), *q = lzfx_to_lz(q0);
+    lz_tensor *p = lz_test_fx_to_lz(p0), *q = lz_test_fx_to_lz(q0);
     lz_requires_grad(p, 1);
     lz_requires_grad(q, 1);
     lz_tensor *params[2] = {p, q};
@@ -150,11 +150,11 @@ static void run_skip(const char *file, const lzfx *fx)
         lz_adamw_zero_grad(opt);
         lz_tensor *loss = NULL;
         if (use[2 * s]) {
-            lz_tensor *as = lz_from_host(lzfx_data_at(a, s * p0->numel), LZ_F32, 1, p0->shape);
+            lz_tensor *as = lz_from_host(lz_test_fx_data_at(a, s * p0->numel), LZ_F32, 1, p0->shape);
             loss = lz_sum(lz_mul(as, lz_mul(p, p)));
         }
         if (use[2 * s + 1]) {
-            lz_tensor *bs = lz_from_host(lzfx_data_at(b, s * q0->numel), LZ_F32, 1, q0->shape);
+            lz_tensor *bs = lz_from_host(lz_test_fx_data_at(b, s * q0->numel), LZ_F32, 1, q0->shape);
             lz_tensor *lq = lz_sum(lz_mul(bs, lz_mul(lz_mul(q, q), q)));
             loss = loss ? lz_add(loss, lq) : lq;
         }
@@ -176,9 +176,9 @@ static void run_skip(const char *file, const lzfx *fx)
 static void test_fixtures(void)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/optim", lzfx_dir());
+    snprintf(dir, sizeof dir, "%s/optim", lz_test_fx_dir());
     char *files[64];
-    int nf = lzfx_index(dir, files, 64);
+    int nf = lz_test_fx_index(dir, files, 64);
     if (nf <= 0) {
         fprintf(stderr, "no fixtures: cannot read %s/INDEX (run from tests/, or set LZ_FIXTURES)\n", dir);
         CHECK(!"optim fixtures present");
@@ -188,23 +188,23 @@ static void test_fixtures(void)
     for (int i = 0; i < nf; i++) {
         char path[2048], err[2560];
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        lzfx fx;
-        if (lzfx_load(path, &fx, err, sizeof err) != 0) {
+        lz_test_fx fx;
+        if (lz_test_fx_load(path, &fx, err, sizeof err) != 0) {
             fprintf(stderr, "%s\n", err);
             CHECK(!"fixture loads");
         } else if (!strcmp(fx.op, "mlp_adam")) {
             n_mlp++;
             run_mlp(files[i], &fx, 0);
             run_mlp(files[i], &fx, 1);
-            lzfx_free(&fx);
+            lz_test_fx_free(&fx);
         } else if (!strcmp(fx.op, "skip_adam")) {
             n_skip++;
             run_skip(files[i], &fx);
-            lzfx_free(&fx);
+            lz_test_fx_free(&fx);
         } else {
             fprintf(stderr, "%s: unknown op %s\n", files[i], fx.op);
             CHECK(!"known fixture op");
-            lzfx_free(&fx);
+            lz_test_fx_free(&fx);
         }
         free(files[i]);
     }

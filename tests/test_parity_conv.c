@@ -15,7 +15,7 @@
 
 /* worst_out holds the worst error of any kind (value, gradients, running
    statistics); worst_grad is unused. */
-static pc_op OPS[] = {
+static lz_test_pc_op OPS[] = {
     {"conv2d", 1e-4, {0, 0}, 0, 0},
     {"max_pool2d", 1e-5, {0, 0}, 0, 0},
     {"avg_pool2d", 1e-5, {0, 0}, 0, 0},
@@ -25,21 +25,21 @@ static pc_op OPS[] = {
 };
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
 
-static void int2(const lzfx *fx, const char *key, int *v)
+static void int2(const lz_test_fx *fx, const char *key, int *v)
 {
-    const lzfx_attr *a = lzfx_attr_get(fx, key);
+    const lz_test_fx_attr *a = lz_test_fx_attr_get(fx, key);
     v[0] = a && a->n > 0 ? (int)a->i[0] : 0;
     v[1] = a && a->n > 1 ? (int)a->i[1] : v[0];
 }
 
-static lz_pool2d_opts pool_opts(const lzfx *fx)
+static lz_pool2d_opts pool_opts(const lz_test_fx *fx)
 {
     lz_pool2d_opts o = {0};
     int2(fx, "kernel", o.kernel);
     int2(fx, "stride", o.stride);
     int2(fx, "padding", o.padding);
-    o.ceil_mode = (int)lzfx_int(fx, "ceil_mode", 0);
-    o.count_include_pad = (int)lzfx_int(fx, "count_include_pad", 1);
+    o.ceil_mode = (int)lz_test_fx_int(fx, "ceil_mode", 0);
+    o.count_include_pad = (int)lz_test_fx_int(fx, "count_include_pad", 1);
     return o;
 }
 
@@ -57,16 +57,16 @@ static lz_tensor *convnet(lz_tensor **in, lz_tensor *rm, lz_tensor *rv)
 }
 
 /* Batch norm's running statistics: c->state[0] (mean), c->state[1] (var). */
-static void make_running_stats(pc_case *c)
+static void make_running_stats(lz_test_pc_case *c)
 {
-    const lzfx_tensor *ref_rm = lzfx_get(c->fx, "rm"), *ref_rv = lzfx_get(c->fx, "rv");
-    if (ref_rm) c->state[0] = lzfx_to_lz(ref_rm);
-    if (ref_rv) c->state[1] = lzfx_to_lz(ref_rv);
+    const lz_test_fx_tensor *ref_rm = lz_test_fx_get(c->fx, "rm"), *ref_rv = lz_test_fx_get(c->fx, "rv");
+    if (ref_rm) c->state[0] = lz_test_fx_to_lz(ref_rm);
+    if (ref_rv) c->state[1] = lz_test_fx_to_lz(ref_rv);
 }
 
-static lz_tensor *run_op(pc_case *c)
+static lz_tensor *run_op(lz_test_pc_case *c)
 {
-    const lzfx *fx = c->fx;
+    const lz_test_fx *fx = c->fx;
     lz_tensor **in = c->in, *rm = c->state[0], *rv = c->state[1];
     int n = c->n;
     const char *op = fx->op;
@@ -75,7 +75,7 @@ static lz_tensor *run_op(pc_case *c)
         int2(fx, "stride", o.stride);
         int2(fx, "padding", o.padding);
         int2(fx, "dilation", o.dilation);
-        o.groups = (int)lzfx_int(fx, "groups", 1);
+        o.groups = (int)lz_test_fx_int(fx, "groups", 1);
         return lz_conv2d(in[0], in[1], n > 2 ? in[2] : NULL, o);
     }
     if (!strcmp(op, "max_pool2d")) return lz_max_pool2d(in[0], pool_opts(fx));
@@ -87,20 +87,20 @@ static lz_tensor *run_op(pc_case *c)
     }
     if (!strcmp(op, "batch_norm"))
         return lz_batch_norm(in[0], n > 1 ? in[1] : NULL, n > 2 ? in[2] : NULL, rm, rv,
-                             (int)lzfx_int(fx, "training", 1), (float)lzfx_float(fx, "momentum", 0.1),
-                             (float)lzfx_float(fx, "eps", 1e-5));
+                             (int)lz_test_fx_int(fx, "training", 1), (float)lz_test_fx_float(fx, "momentum", 0.1),
+                             (float)lz_test_fx_float(fx, "eps", 1e-5));
     if (!strcmp(op, "convnet")) return convnet(in, rm, rv);
     return NULL;
 }
 
 /* The running statistics after the call. */
-static int check_running_stats(pc_case *c)
+static int check_running_stats(lz_test_pc_case *c)
 {
     int pass = 1;
     if (c->state[0]) {
         double *worst = &c->info->worst_out;
-        pass &= pc_report(c, "rm", pc_compare(c->state[0], lzfx_get(c->fx, "rm_out")), "", worst);
-        pass &= pc_report(c, "rv", pc_compare(c->state[1], lzfx_get(c->fx, "rv_out")), "", worst);
+        pass &= lz_test_pc_report(c, "rm", lz_test_pc_compare(c->state[0], lz_test_fx_get(c->fx, "rm_out")), "", worst);
+        pass &= lz_test_pc_report(c, "rv", lz_test_pc_compare(c->state[1], lz_test_fx_get(c->fx, "rv_out")), "", worst);
     }
     return pass;
 }
@@ -108,13 +108,13 @@ static int check_running_stats(pc_case *c)
 int main(int argc, char **argv)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/conv", argc > 1 ? argv[1] : lzfx_dir());
-    const pc_hooks h = {
+    snprintf(dir, sizeof dir, "%s/conv", argc > 1 ? argv[1] : lz_test_fx_dir());
+    const lz_test_pc_hooks h = {
         .ops = OPS, .n_ops = N_OPS, .file_width = 28, .need_refs = 1,
         .grads_all = 1, .one_worst = 1,
         .prepare = make_running_stats, .run = run_op, .extra = check_running_stats,
     };
-    if (pc_run_all(dir, &h) != 0) return lz_test_done();
+    if (lz_test_pc_run_all(dir, &h) != 0) return lz_test_done();
     printf("== per op, worst relative error over its fixtures in both modes\n");
     for (int i = 0; i < N_OPS; i++) {
         printf("%-20s %2d case(s)  worst %.2e  tol %.0e %s\n", OPS[i].name, OPS[i].cases[0],

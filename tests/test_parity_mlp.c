@@ -26,21 +26,21 @@ static void run_fixture(const char *dir, const char *file, int eager)
 {
     char path[1024], err[1536];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    lzfx fx;
-    if (lzfx_load(path, &fx, err, sizeof err) != 0) {
+    lz_test_fx fx;
+    if (lz_test_fx_load(path, &fx, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         CHECK(!"fixture loads");
         return;
     }
     const char *mode = eager ? "eager" : "lazy";
-    const lzfx_tensor *x = lzfx_get(&fx, "x"), *y = lzfx_get(&fx, "y");
-    const lzfx_tensor *ref_losses = lzfx_get(&fx, "losses");
-    int steps = (int)lzfx_int(&fx, "steps", 0);
+    const lz_test_fx_tensor *x = lz_test_fx_get(&fx, "x"), *y = lz_test_fx_get(&fx, "y");
+    const lz_test_fx_tensor *ref_losses = lz_test_fx_get(&fx, "losses");
+    int steps = (int)lz_test_fx_int(&fx, "steps", 0);
     CHECK(x && y && ref_losses && x->ndim == 3 && y->ndim == 2 && y->dtype == LZ_I64);
     CHECK(steps > 0 && steps == ref_losses->numel && steps == x->shape[0]);
     if (!x || !y || !ref_losses || x->ndim != 3 || y->ndim != 2 || steps <= 0 ||
         steps != ref_losses->numel || steps != x->shape[0]) {
-        lzfx_free(&fx);
+        lz_test_fx_free(&fx);
         return;
     }
 
@@ -48,18 +48,18 @@ static void run_fixture(const char *dir, const char *file, int eager)
     lz_set_eager(eager);
     lz_tensor *params[N_PARAMS];
     for (int i = 0; i < N_PARAMS; i++) {
-        const lzfx_tensor *p = lzfx_get(&fx, PARAM_NAMES[i]);
+        const lz_test_fx_tensor *p = lz_test_fx_get(&fx, PARAM_NAMES[i]);
         CHECK(p != NULL);
-        if (!p) { lzfx_free(&fx); return; }
-        params[i] = lzfx_to_lz(p);
+        if (!p) { lz_test_fx_free(&fx); return; }
+        params[i] = lz_test_fx_to_lz(p);
         lz_requires_grad(params[i], 1);
     }
     lz_sgd_opts opts = {
-        .lr = (float)lzfx_float(&fx, "lr", NAN),
-        .momentum = (float)lzfx_float(&fx, "momentum", 0),
-        .dampening = (float)lzfx_float(&fx, "dampening", 0),
-        .weight_decay = (float)lzfx_float(&fx, "weight_decay", 0),
-        .nesterov = (int)lzfx_int(&fx, "nesterov", 0),
+        .lr = (float)lz_test_fx_float(&fx, "lr", NAN),
+        .momentum = (float)lz_test_fx_float(&fx, "momentum", 0),
+        .dampening = (float)lz_test_fx_float(&fx, "dampening", 0),
+        .weight_decay = (float)lz_test_fx_float(&fx, "weight_decay", 0),
+        .nesterov = (int)lz_test_fx_int(&fx, "nesterov", 0),
     };
     lz_sgd *opt = lz_sgd_new(params, N_PARAMS, opts);
     CHECK(opt != NULL);
@@ -70,8 +70,8 @@ static void run_fixture(const char *dir, const char *file, int eager)
     int ok = opt != NULL && steps <= 64;
     for (int s = 0; ok && s < steps; s++) {
         lz_scope_begin();
-        lz_tensor *xt = lz_from_host(lzfx_data_at(x, (int64_t)s * batch * n_in), LZ_F32, 2, xshape);
-        lz_tensor *yt = lz_from_host(lzfx_data_at(y, (int64_t)s * batch), LZ_I64, 1, yshape);
+        lz_tensor *xt = lz_from_host(lz_test_fx_data_at(x, (int64_t)s * batch * n_in), LZ_F32, 2, xshape);
+        lz_tensor *yt = lz_from_host(lz_test_fx_data_at(y, (int64_t)s * batch), LZ_I64, 1, yshape);
         lz_sgd_zero_grad(opt);
         lz_tensor *h = lz_relu(linear(xt, params[0], params[1]));
         lz_tensor *loss = lz_cross_entropy(linear(h, params[2], params[3]), yt);
@@ -100,7 +100,7 @@ static void run_fixture(const char *dir, const char *file, int eager)
     for (int i = 0; i < N_PARAMS; i++) {
         char name[32];
         snprintf(name, sizeof name, "%s_final", PARAM_NAMES[i]);
-        const lzfx_tensor *ref = lzfx_get(&fx, name);
+        const lz_test_fx_tensor *ref = lz_test_fx_get(&fx, name);
         double e = INFINITY;
         if (ref && ok && lz_numel(params[i]) == ref->numel) {
             float *v = lz_test_read(params[i]);
@@ -113,14 +113,14 @@ static void run_fixture(const char *dir, const char *file, int eager)
     if (opt) lz_sgd_free(opt);
     for (int i = 0; i < N_PARAMS; i++) lz_free(params[i]);
     lz_set_eager(0);
-    lzfx_free(&fx);
+    lz_test_fx_free(&fx);
 }
 
 int main(int argc, char **argv)
 {
-    const char *dir = argc > 1 ? argv[1] : lzfx_dir();
+    const char *dir = argc > 1 ? argv[1] : lz_test_fx_dir();
     char *files[1024];
-    int nf = lzfx_index(dir, files, 1024);
+    int nf = lz_test_fx_index(dir, files, 1024);
     if (nf <= 0) {
         fprintf(stderr, "no fixtures: cannot read %s/INDEX (run from tests/, or set LZ_FIXTURES)\n",
                 dir);

@@ -20,7 +20,7 @@
    expand whose gradient is a sum) at 1e-4. */
 #define EW(name) {name, TOL_ELEMENTWISE, {0, 0}, 0, 0}
 #define RED(name) {name, TOL_REDUCTION, {0, 0}, 0, 0}
-static pc_op OPS[] = {
+static lz_test_pc_op OPS[] = {
     EW("add"), EW("sub"), EW("mul"), EW("div"), EW("maximum"),
     EW("neg"), EW("exp"), EW("log"), EW("sqrt"), EW("rsqrt"), EW("pow"),
     EW("tanh"), EW("sigmoid"), EW("relu"), EW("gelu"),
@@ -31,27 +31,27 @@ static pc_op OPS[] = {
 };
 #define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
 
-static int int_attr(const lzfx *fx, const char *key, int *out, int max)
+static int int_attr(const lz_test_fx *fx, const char *key, int *out, int max)
 {
-    const lzfx_attr *a = lzfx_attr_get(fx, key);
+    const lz_test_fx_attr *a = lz_test_fx_attr_get(fx, key);
     if (!a || a->n > max) return -1;
     for (int i = 0; i < a->n; i++) out[i] = (int)a->i[i];
     return a->n;
 }
 
-static int shape_attr(const lzfx *fx, const char *key, int64_t *out)
+static int shape_attr(const lz_test_fx *fx, const char *key, int64_t *out)
 {
-    const lzfx_attr *a = lzfx_attr_get(fx, key);
+    const lz_test_fx_attr *a = lz_test_fx_attr_get(fx, key);
     if (!a || a->n > LZ_MAX_DIMS) return -1;
     for (int i = 0; i < a->n; i++) out[i] = a->i[i];
     return a->n;
 }
 
 /* Runs the fixture's op on in[0..n); NULL + lz_last_error on failure. */
-static lz_tensor *run_op(pc_case *c)
+static lz_tensor *run_op(lz_test_pc_case *c)
 {
-    const lzfx *fx = c->fx;
-    const lzfx_tensor *ref_out = c->ref_out;
+    const lz_test_fx *fx = c->fx;
+    const lz_test_fx_tensor *ref_out = c->ref_out;
     lz_tensor **in = c->in;
     int n = c->n;
     const char *op = fx->op;
@@ -66,7 +66,7 @@ static lz_tensor *run_op(pc_case *c)
     if (!strcmp(op, "log")) return lz_log(a);
     if (!strcmp(op, "sqrt")) return lz_sqrt(a);
     if (!strcmp(op, "rsqrt")) return lz_rsqrt(a);
-    if (!strcmp(op, "pow")) return lz_pow(a, (float)lzfx_float(fx, "exponent", NAN));
+    if (!strcmp(op, "pow")) return lz_pow(a, (float)lz_test_fx_float(fx, "exponent", NAN));
     if (!strcmp(op, "tanh")) return lz_tanh(a);
     if (!strcmp(op, "sigmoid")) return lz_sigmoid(a);
     if (!strcmp(op, "relu")) return lz_relu(a);
@@ -81,13 +81,13 @@ static lz_tensor *run_op(pc_case *c)
     if (!strcmp(op, "sum")) return lz_sum(a);
     if (!strcmp(op, "mean")) return lz_mean(a);
     if (!strcmp(op, "softmax") || !strcmp(op, "log_softmax")) {
-        int axis = (int)lzfx_int(fx, "axis", 0);
+        int axis = (int)lz_test_fx_int(fx, "axis", 0);
         return op[0] == 's' ? lz_softmax(a, axis) : lz_log_softmax(a, axis);
     }
     if (!strcmp(op, "sum_axes") || !strcmp(op, "mean_axes") || !strcmp(op, "max_axes")) {
         int axes[LZ_MAX_DIMS];
         int na = int_attr(fx, "axes", axes, LZ_MAX_DIMS);
-        int keep = (int)lzfx_int(fx, "keepdim", 0);
+        int keep = (int)lz_test_fx_int(fx, "keepdim", 0);
         if (na < 0) return NULL;
         if (op[1] == 'u') return lz_sum_axes(a, na, axes, keep);
         if (op[1] == 'e') return lz_mean_axes(a, na, axes, keep);
@@ -110,9 +110,9 @@ static lz_tensor *run_op(pc_case *c)
         return lz_transpose(a, ax[0], ax[1]);
     }
     if (!strcmp(op, "slice"))
-        return lz_slice(a, (int)lzfx_int(fx, "axis", 0), lzfx_int(fx, "start", 0),
-                        lzfx_int(fx, "end", 0));
-    if (!strcmp(op, "cat")) return lz_cat(in, n, (int)lzfx_int(fx, "axis", 0));
+        return lz_slice(a, (int)lz_test_fx_int(fx, "axis", 0), lz_test_fx_int(fx, "start", 0),
+                        lz_test_fx_int(fx, "end", 0));
+    if (!strcmp(op, "cat")) return lz_cat(in, n, (int)lz_test_fx_int(fx, "axis", 0));
     if (!strcmp(op, "matmul")) return lz_matmul(a, b);
     if (!strcmp(op, "cross_entropy")) return lz_cross_entropy(a, b);
     return NULL;
@@ -120,13 +120,13 @@ static lz_tensor *run_op(pc_case *c)
 
 int main(int argc, char **argv)
 {
-    const char *dir = argc > 1 ? argv[1] : lzfx_dir();
-    const pc_hooks h = {
+    const char *dir = argc > 1 ? argv[1] : lz_test_fx_dir();
+    const lz_test_pc_hooks h = {
         .ops = OPS, .n_ops = N_OPS, .file_width = 26,
         .skip_op = "mlp",   /* test_parity_mlp's */
         .check_out_shape = 1, .run = run_op,
     };
-    if (pc_run_all(dir, &h) != 0) return lz_test_done();
-    pc_summary(OPS, N_OPS, 14);
+    if (lz_test_pc_run_all(dir, &h) != 0) return lz_test_done();
+    lz_test_pc_summary(OPS, N_OPS, 14);
     return lz_test_done();
 }

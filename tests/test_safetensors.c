@@ -205,19 +205,19 @@ static void test_metadata(void)
 static void test_torch_file(void)
 {
     const char *path = "fixtures/safetensors/torch.safetensors";
-    lzfx fx;
+    lz_test_fx fx;
     char err[256];
-    if (lzfx_load("fixtures/safetensors/torch_expected.lzf", &fx, err, sizeof err)) {
+    if (lz_test_fx_load("fixtures/safetensors/torch_expected.lzf", &fx, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         CHECK(0);
         return;
     }
     lz_params *r = lz_safetensors_read(path);
     CHECK(r != NULL);
-    if (!r) { lzfx_free(&fx); return; }
+    if (!r) { lz_test_fx_free(&fx); return; }
     CHECK_EQ_I(lz_params_count(r), fx.n_tensors);
     for (int i = 0; i < fx.n_tensors; i++) {
-        lzfx_tensor *e = &fx.t[i];
+        lz_test_fx_tensor *e = &fx.t[i];
         /* the fixture format has no dots in names */
         lz_tensor *t = NULL;
         for (int j = 0; j < lz_params_count(r); j++) {
@@ -247,7 +247,7 @@ static void test_torch_file(void)
         CHECK(equal_tensor(lz_params_at(q, i), lz_params_at(r, i)));
     lz_params_free(q);
     lz_params_free(r);
-    lzfx_free(&fx);
+    lz_test_fx_free(&fx);
 }
 
 static uint32_t bits(float f)
