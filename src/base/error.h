@@ -6,9 +6,9 @@
 
 /* Sets the error message (printf-style). Always returns NULL so an op can
    `return lz_errorf(...)`. */
-void *lz_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void *lz_errorf(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
 /* Like lz_errorf but returns -1, for int-returning calls. */
-int   lz_errorf_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int   lz_errorf_int(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
 /* Formats a shape as "[2, 3]" into buf (at least 96 bytes); returns buf. */
 const char *lz_shape_str(char *buf, int ndim, const int64_t *shape);
 const char *lz_dtype_name(lz_dtype dtype);

@@ -1,6 +1,8 @@
 /* Recursive-descent JSON reader (RFC 8259) for file headers. */
 #include "io/json.h"
 
+#include "lazyc.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,7 +19,7 @@ typedef struct parser {
     int failed;
 } parser;
 
-static int fail(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(parser *p, const char *fmt, ...) LZ_PRINTF_FORMAT(2, 3);
 static int fail(parser *p, const char *fmt, ...)
 {
     if (p->failed) return -1;
