@@ -7,7 +7,10 @@
 # resnet18_fmnist), and every parameter after 3
 # SGD steps from `test_models sgd` (captured), must match within 30x
 # PyTorch's own f32 error on that tensor, at least 1e-4 relative. A failure
-# names the model and its worst tensor.
+# names the model and its worst tensor. Where a step's forward has a
+# max-pool window tied within rounding (tests/reference/choices.py), the
+# state is compared after the step before it, with the losses up to it,
+# and a line says so (docs/testing.md, "Ties within rounding").
 # PyTorch's side is computed once per version of the reference scripts and
 # of torch, and kept under ~/.cache/lazyc/parity (LZ_PARITY_CACHE=DIR puts
 # it elsewhere, =off recomputes): the sanitizer run reuses the plain one's.

@@ -18,7 +18,10 @@ for resnet18_fmnist (`lazyc train --model resnet18`, fmnist_ref.py).
         `lazyc grads` does not list) and compare the loss and every gradient, then run
           test_models sgd NAME W I S 3
         (3 SGD steps, the last two captured) and compare every parameter and
-        running statistic. Prints one line per model and names the worst
+        running statistic, and the loss of every step. Where step k's
+        forward has a max-pool window tied within rounding (choices.py),
+        `test_models sgd ... k:k-1` instead: the state after k-1 steps and
+        the losses of steps 1..k (docs/testing.md, "Ties within rounding"). Prints one line per model and names the worst
         tensor of any failure; exits 1 if a model fails.
 
 Models without batch norm train on the seeded batch or, of a few others,
@@ -528,7 +531,7 @@ def check_model(name, args, tmp):
     tie = first_tie(conds)
     cut = sens.get("cut", SGD_STEPS)
     t_sgd = 0.0
-    if conds:
+    if any(conds):   # models with max-pools or ReLUs
         parts.append(choices_line(conds, tie, cut))
     if tie and tie[0] == 1:
         fails.append(f"a max-pool window ties within rounding on the first step's forward ({tie[1]['layer']}): "
