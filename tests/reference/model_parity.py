@@ -203,13 +203,18 @@ def trajectory(model, x, y, dtype=torch.float64, steps=SGD_STEPS, f32_model=None
     return expected, states, losses, conds
 
 
+def closeness(r):
+    """gap / tau of a choices.ties record (inf when tau is 0)."""
+    return r["gap"] / r["tau"] if r["tau"] > 0 else float("inf")
+
+
 def first_tie(conds):
     """(step, record) of the first tie along a trajectory (1-based), or
     None; the record is that step's tie with the smallest gap / tau."""
     for k, recs in enumerate(conds, 1):
         tied = [r for r in recs if r["tie"] and r["kind"] in TIE_KINDS]
         if tied:
-            return k, min(tied, key=lambda r: r["gap"] / r["tau"])
+            return k, min(tied, key=lambda r: closeness(r))
     return None
 
 
@@ -586,10 +591,10 @@ def choices_line(conds, tie, cut):
     relus = [r for recs in conds for r in recs if r["kind"] != "max-pool"]
     text = f"no max-pool tie within rounding in {len(conds)} step{'s' if len(conds) > 1 else ''}"
     if pools:
-        r = min(pools, key=lambda r: r["gap"] / r["tau"])
+        r = min(pools, key=lambda r: closeness(r))
         text += f" (closest: {choice_text(r)})"
     if relus:
-        r = min(relus, key=lambda r: r["gap"] / r["tau"])
+        r = min(relus, key=lambda r: closeness(r))
         text += f"; closest ReLU kink (not used to cut): {choice_text(r)}"
     return text
 
