@@ -319,9 +319,10 @@ def write_case(name, outdir):
                                                  keep=range(1, steps))
     del model
     # The state compared is the one after the last step whose forward has
-    # no tie within rounding (see first_tie): after `cut` steps.
+    # no tie within rounding (see first_tie): after `cut` steps; after the
+    # first step where that one ties (nothing earlier to compare).
     tie = first_tie(conds)
-    cut = steps if tie is None else tie[0] - 1
+    cut = steps if tie is None else max(tie[0] - 1, 1)
     save_file(expected, os.path.join(outdir, "expected.safetensors"))
     if cut:
         save_file(states[cut], os.path.join(outdir, "expected_sgd.safetensors"))
@@ -513,7 +514,7 @@ def check_model(name, args, tmp):
             parts.append(f"loss {float(got['loss']):.6f} (torch {ref_losses[0]:.6f})")
         parts.append("grads: " + describe(worst, largest))
         if problems:
-            fails.append("grads: " + "; ".join(problems[:6]))
+            fails.append("grads: " + "; ".join(problems[:6]) + first_step_hint(sens))
 
     expected_eval = os.path.join(case, "expected_eval.safetensors")
     if os.path.exists(expected_eval):
@@ -526,8 +527,15 @@ def check_model(name, args, tmp):
             worst, largest, problems = compare(expected_eval, ge, sens=sens.get("eval"))
             parts.append("grads with eval-mode batch norm: " + describe(worst, largest) +
                          f" [ReLU margin {sens.get('eval_relu_margin', 0):.1e}]")
+            eval_tie = first_tie([sens.get("eval_conds", [])])
+            if eval_tie:
+                parts.append("TIE WITHIN ROUNDING in the eval-mode forward: " + choice_text(eval_tie[1]) +
+                             "; compared as usual (nothing earlier to compare)")
             if problems:
-                fails.append("grads with eval-mode batch norm: " + "; ".join(problems[:6]))
+                fails.append("grads with eval-mode batch norm: " + "; ".join(problems[:6]) +
+                             ("\n      (the eval-mode forward has a max-pool tie within rounding: the "
+                              "gradients may legitimately differ; if so, pick another eval batch)"
+                              if eval_tie else ""))
 
     # The SGD comparison stops before the first step whose forward has a
     # max-pool window tied within rounding (see first_tie): from that step
@@ -538,10 +546,13 @@ def check_model(name, args, tmp):
     t_sgd = 0.0
     if any(conds):   # models with max-pools or ReLUs
         parts.append(choices_line(conds, tie, cut))
-    if tie and tie[0] == 1:
-        fails.append(f"a max-pool window ties within rounding on the first step's forward ({tie[1]['layer']}): "
-                     "the gradients themselves may legitimately differ; pick another batch for this model")
-    elif not shape_case(name):
+    # A tie on the first step (or in the eval-mode forward) leaves nothing
+    # earlier to compare: the gradients and the state after step 1 are
+    # compared as usual, and a failure names the tie (another batch then).
+    hint = ("\n      (" + choice_text(tie[1]) + " on the first step's forward: the gradients may "
+            "legitimately differ there; if so, pick another batch for this model)") \
+        if tie and tie[0] == 1 else ""
+    if not shape_case(name):
         k = tie[0] if tie else SGD_STEPS
         rc, out, t_sgd = run_cmd([args.test_models, "sgd", name, w, i, s, f"{k}:{cut}"])
         if rc != 0:
@@ -559,16 +570,20 @@ def check_model(name, args, tmp):
             parts.append(f"state after {cut} SGD step{'s' if cut > 1 else ''}: " + describe(worst, largest) +
                          f"; losses of steps 1-{k}: largest error {max(loss_errs, default=0):.1e}")
             if problems:
-                fails.append(f"after {cut} SGD steps: " + "; ".join(problems[:6]) +
+                fails.append(f"after {cut} SGD steps: " + "; ".join(problems[:6]) + hint +
                              f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
                              " ".join(out.split()))
-    eval_tie = first_tie([sens.get("eval_conds", [])])
-    if eval_tie:
-        fails.append(f"a max-pool window ties within rounding in the eval-mode forward "
-                     f"({choice_text(eval_tie[1])}): pick another eval batch for this model")
     line = (f"{name} [torch {t_ref:.0f} s{' (cached)' if cached else ''}, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
             "".join("\n    " + p for p in parts))
     return not fails, line + "".join("\n    FAILED: " + f for f in fails)
+
+
+def first_step_hint(sens):
+    """What a failure of the first step's gradients says when that step's
+    forward has a max-pool tie within rounding."""
+    tie = first_tie(sens.get("conds", [])[:1])
+    return ("\n      (" + choice_text(tie[1]) + " on the first step's forward: the gradients may "
+            "legitimately differ there; if so, pick another batch for this model)") if tie else ""
 
 
 def choice_text(r):
@@ -584,7 +599,8 @@ def choices_line(conds, tie, cut):
         head = (f"TIE WITHIN ROUNDING on step {k}'s forward: {choice_text(r)} "
                 f"({choices.FACTOR:g}x PyTorch's own f32 error {r['err']:.1e} on its input)")
         if k == 1:
-            return head + "; only the loss can be compared"
+            return (head + "; nothing earlier to compare: the gradients and the state after step 1 "
+                    "are compared as usual, a failure there may be this tie")
         return (head + f"; steps >= {k} may pick the other input, so the state is compared after "
                 f"step{'s' if cut > 1 else ''} 1{'-%d' % cut if cut > 1 else ''} and the losses of steps 1-{k}")
     pools = [r for recs in conds for r in recs if r["kind"] == "max-pool"]
