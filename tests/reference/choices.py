@@ -65,24 +65,21 @@ def pool_gaps(mod, x):
     outputs, whose gradient is 0 whichever is picked)."""
     k, s = _pair(mod.kernel_size), _pair(mod.stride or mod.kernel_size)
     p, d = _pair(mod.padding), _pair(mod.dilation)
-    spans, outs, rights = [], [], []
-    for size, kk, ss, pp, dd in zip(x.shape[-2:], k, s, p, d):
-        span = dd * (kk - 1) + 1
-        out = (size + 2 * pp - span + ((ss - 1) if mod.ceil_mode else 0)) // ss + 1
-        if mod.ceil_mode and (out - 1) * ss >= size + pp:
-            out -= 1   # PyTorch's rule: the last window starts inside
-        spans.append(span)
-        outs.append(out)
-        rights.append((out - 1) * ss + span - size - pp)   # < 0 crops
-    xp = F.pad(x, (p[1], rights[1], p[0], rights[0]), value=float("-inf"))
+    xp = _padded(mod, x)
+    spans = [dd * (kk - 1) + 1 for kk, dd in zip(k, d)]
+    width = (xp.shape[-1] - spans[1]) // s[1] + 1
     n, c = x.shape[0], x.shape[1]
     u = F.unfold(xp, k, dilation=d, stride=s).view(n, c, k[0] * k[1], -1)
     top = u.topk(2, dim=2).values
+    ref = F.max_pool2d(x, k, s, p, d, ceil_mode=mod.ceil_mode)
+    if ref.shape[-1] != width or not torch.equal(ref.flatten(2), top[:, :, 0]):
+        raise RuntimeError(f"choices.pool_gaps: the windows of {mod} over {list(x.shape)} "
+                           "are not max_pool2d's")
     gap = top[:, :, 0] - top[:, :, 1]
     dead = (top[:, :, 0] == 0) & (top[:, :, 1] == 0)
     gap = torch.where(dead | torch.isinf(top[:, :, 1]) | torch.isnan(gap),
                       torch.full_like(gap, float("inf")), gap)
-    return gap, outs[1], (s, p, spans)
+    return gap, width, (s, p, spans)
 
 
 def ties(probe64, acts32):
@@ -138,7 +135,8 @@ def _unravel(i, shape):
 
 
 def flip_hooks(probe64, recs):
-    """Forward pre-hooks that make each tied max-pool window of recs pick
+    """(A measuring aid, not used by the test: what flipping a step's ties
+    does to its gradients, docs/testing.md.) Forward pre-hooks that make each tied max-pool window of recs pick
     its second-largest input (raised to the largest value plus the gap, a
     change within rounding of the forward): the other legitimate choice.
     Returns the hook handles."""
@@ -175,6 +173,9 @@ def _flipper(mod, tau):
 
 
 def _geometry(mod, shape):
+    """(padding, right padding per axis): PyTorch's output size, ceil mode
+    included (the last window starts inside), as -inf padding to unfold;
+    a negative right padding crops what floor mode leaves out."""
     k, s = _pair(mod.kernel_size), _pair(mod.stride or mod.kernel_size)
     p, d = _pair(mod.padding), _pair(mod.dilation)
     rights = []

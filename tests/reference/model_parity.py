@@ -568,7 +568,8 @@ def check_model(name, args, tmp):
             problems += [f"loss of step {j + 1} differs by {e:.3e} (tolerance {t:.1e})"
                          for j, (e, t) in enumerate(zip(loss_errs, loss_tols)) if not e <= t]
             parts.append(f"state after {cut} SGD step{'s' if cut > 1 else ''}: " + describe(worst, largest) +
-                         f"; losses of steps 1-{k}: largest error {max(loss_errs, default=0):.1e}")
+                         (f"; losses of steps 1-{k}" if k > 1 else "; loss of step 1") +
+                         f": largest error {max(loss_errs, default=0):.1e}")
             if problems:
                 fails.append(f"after {cut} SGD steps: " + "; ".join(problems[:6]) + hint +
                              f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
