@@ -46,6 +46,14 @@ for bin in "$build/lazyc" "$build/test_models"; do
         exit 1
     fi
 done
+# test_models sgd STEPS:SAVE (what a tie within rounding makes the test
+# run) must refuse a SAVE past STEPS before it reads anything
+msg="$("$build/test_models" sgd vgg16 /dev/null /dev/null /dev/null 2:3 2>&1)"
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "STEPS:SAVE" <<<"$msg"; then
+    echo "FAILED: test_models sgd ... 2:3 exited $rc ($msg), expected 2 and a STEPS:SAVE message" >&2
+    exit 1
+fi
 models=()
 # LZ_PARITY_MODELS=a,b checks those alone (make check-portable)
 [ -n "${LZ_PARITY_MODELS:-}" ] && models=(--models "$LZ_PARITY_MODELS")
