@@ -1,7 +1,7 @@
 /* A small conv net learns Fashion-MNIST: a shuffling loader, AdamW with a cosine
    schedule, the step captured (one execution each), a checkpoint per epoch.
    Build: cc train_fmnist.c $(pkg-config --cflags --libs lazyc)
-   Run:   OMP_WAIT_POLICY=passive ./a.out [DATA_DIR [TRAIN_LIMIT [EPOCHS]]] */
+   Run:   ./a.out [DATA_DIR [TRAIN_LIMIT [EPOCHS]]] */
 #include <lazyc.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -416,7 +416,9 @@ LZ_API lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out);
    computing what a direct call would. A replay reuses what the trace froze:
    the ops recorded and host data made inside fn (pass changing values as
    inputs or keep them in tensors updated with lz_assign); LZ_CAPTURE_CHECK=N
-   traces every N-th call again and fails it on a difference. out gets what
+   traces every N-th call again and fails it on a difference. Not seen
+   without it: a ctx pointer re-pointed to another existing tensor that
+   does not require grad (docs/design.md, capture). out gets what
    a direct call gives: new handles for tensors fn made (owned by the
    caller's scope if one is open, or kept past it by fn's lz_keep), the
    same handle for a tensor fn was given or holds (with a reference only if

@@ -155,7 +155,11 @@ static void pow_at_zero(void)
     float g[2];
     CHECK(lz_to_host(lz_grad(w), g, sizeof g) == 0);
     CHECK(g[0] == 0.353553385f && g[1] == 0.25f);   /* torch: 0.3536, 0.2500 */
-    lz_free(x); lz_free(z); lz_free(w);
+    /* the forward at -0.0 as torch: pow(-0.0, -0.5) = -inf, pow(-0.0, -2) = +inf */
+    lz_tensor *m = vec2(-0.0f, 4.0f, 0);
+    check2("pow(-0, -0.5), pow(4, -0.5)", lz_pow(m, -0.5f), -INFINITY, 0.5f);
+    check2("pow(-0, -2), pow(4, -2)", lz_pow(m, -2.0f), INFINITY, 0.0625f);
+    lz_free(x); lz_free(z); lz_free(w); lz_free(m);
 }
 
 /* case 11: int32 sums are int64, as in torch */

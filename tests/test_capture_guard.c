@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 static lz_tensor *vec(int n, const float *v)
 {
@@ -458,6 +458,63 @@ static void test_case7(void)
     CHECK(memcmp(c, want, sizeof want) == 0);
 }
 
+/* ---- case 8: a returned handle on state, not computed by the step ----
+   The step returns an alias of a tensor (lz_dropout in eval mode) that its
+   graph does not read, and updates another; between calls the caller
+   changes the aliased tensor lazily (still pending when the call begins),
+   and in the second variant leaves a second handle on its old buffer. A
+   direct call returns the aliased tensor's value at the call; a replay
+   must too (it crashed on the pending tensor, and with the extra handle it
+   returned the value from when it was traced). The step also returns an
+   alias of the state it updates: the value from before the update. */
+
+typedef struct c8 { lz_tensor *v, *w; } c8;
+
+static int step8(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    c8 *c = ctx;
+    out[0] = lz_dropout(c->v, 0.5f, 0);
+    out[1] = lz_dropout(c->w, 0.5f, 0);
+    return lz_assign(c->w, lz_add(c->w, in[0]));
+}
+
+static void case8(int captured, int extra_handle, float *res)
+{
+    c8 c = {vec(1, (float[]){1}), vec(1, (float[]){10})};
+    lz_tensor *one = vec(1, (float[]){1}), *kept[5] = {NULL};
+    runner r;
+    runner_init(&r, captured, step8, &c, 1, 2);
+    for (int k = 0; k < 5; k++) {
+        lz_tensor *next = lz_add(c.v, one);
+        lz_assign(c.v, next);
+        if (extra_handle) kept[k] = next;   /* shares c.v's buffer until the next change */
+        else lz_free(next);
+        lz_tensor *out[2] = {NULL, NULL};
+        CHECK_EQ_I(run(&r, &one, out), 0);
+        res[2 * k] = out[0] ? lz_item(out[0]) : NAN;
+        res[2 * k + 1] = out[1] ? lz_item(out[1]) : NAN;
+        lz_free(out[0]);
+        lz_free(out[1]);
+    }
+    for (int k = 0; k < 5; k++) lz_free(kept[k]);
+    lz_fn_free(r.f);
+    lz_free(one);
+    lz_free(c.v);
+    lz_free(c.w);
+}
+
+static void test_case8(void)
+{
+    const float want[10] = {2, 10, 3, 11, 4, 12, 5, 13, 6, 14};
+    for (int extra = 0; extra < 2; extra++) {
+        float l[10], c[10];
+        case8(0, extra, l);
+        case8(1, extra, c);
+        same_bits(l, c, 10, extra ? "case 8, a second handle" : "case 8");
+        CHECK(memcmp(c, want, sizeof want) == 0);
+    }
+}
+
 int main(void)
 {
     test_case1();
@@ -467,6 +524,7 @@ int main(void)
     test_case5();
     test_case6();
     test_case7();
+    test_case8();
     lz_shutdown();
     return lz_test_done();
 }

@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "testlib.h"
+#include "backend/buffer.h"
 #include "backend/memory.h"
-#include "core/tensor.h"
-#include "runtime/buffer.h"
+#include "engine/tensor.h"
 
 enum { IN = 32, HID = 64, OUT = 8, B = 16 };
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "core/cache.h"
+#include "engine/cache.h"
 
 enum { IN = 8, HID = 16, OUT = 4, B = 8, N_PARAMS = 5 };
 

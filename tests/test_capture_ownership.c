@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 /* t is still allocated (compares pointers only: never reads a freed one) */
 static int alive(const lz_tensor *t)

@@ -16,9 +16,9 @@
 #include "backend/cpu/kernels.h"
 #include "compile/executable.h"
 #include "compile/program.h"
-#include "core/cache.h"
-#include "core/graph.h"
-#include "core/tensor.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
+#include "ir/graph.h"
 #include "testlib.h"
 
 #define TOL 1e-5

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "core/cache.h"
-#include "core/tensor.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
 
 enum { BIG = 100000 };
 

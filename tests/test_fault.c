@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "backend/fault.h"
-#include "core/cache.h"
-#include "core/tensor.h"
+#include "backend/buffer.h"
 #include "backend/memory.h"
-#include "runtime/buffer.h"
+#include "base/fault.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
 
 enum { B = 16, IN = 8, OUT = 4, MAX_STEPS = 6 };
 

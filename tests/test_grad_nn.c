@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 #define GRAD_TOL 2e-2
 

@@ -4,7 +4,7 @@
  * reads the input after the element it writes. Only fused element-wise
  * steps may write over an input.
  *
- * Then lazy training steps (core/step.c): a full step writes the new
+ * Then lazy training steps (engine/step.c): a full step writes the new
  * parameter and momentum over the old buffers when nothing can read them
  * afterwards (executions in flight run first), and never when something
  * can: a tensor still holding the old value, a partial sync. Values are checked
@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/buffer.h"
 #include "compile/executable.h"
-#include "core/cache.h"
-#include "core/graph.h"
-#include "core/tensor.h"
-#include "runtime/buffer.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
+#include "ir/graph.h"
 #include "testlib.h"
 
 typedef struct compiled {

@@ -1,4 +1,4 @@
-/* Blocked layouts (compile/layout.c, lz_value.block).
+/* Blocked layouts (compile/layout_plan.c, lz_value.block).
  *
  * The pass on hand-made programs with a made-up backend: which values go
  * blocked (temporaries every step takes so), how a step that needs one
@@ -18,9 +18,9 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "compile/executable.h"
-#include "core/cache.h"
-#include "core/graph.h"
-#include "core/tensor.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
+#include "ir/graph.h"
 #include "testlib.h"
 
 /* ---- the pass, on hand-made programs ------------------------------------ */

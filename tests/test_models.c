@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "core/cache.h"
+#include "engine/cache.h"
 #include "zoo.h"
 
 typedef struct trainer {

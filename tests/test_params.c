@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 #include "testlib.h"
 
 static void test_order_and_lookup(void)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "testlib.h"
-#include "backend/cpu/pool.h"
+#include "backend/cpu/buffer_pool.h"
 
 enum { KIB = 1024, MIB = 1024 * 1024 };
 

@@ -5,8 +5,8 @@
 
 #include "testlib.h"
 #include "backend/cpu/test_gate.h"
-#include "core/cache.h"
-#include "core/tensor.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
 #include "ops/test_gate.h"
 #include "runtime/executor.h"
 

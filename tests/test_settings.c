@@ -1,4 +1,4 @@
-/* The settings table (src/core/settings.h): each LZ_* variable set in the
+/* The settings table (src/base/settings.h): each LZ_* variable set in the
  * environment reaches the code that reads it, through the table; a value a
  * variable does not accept is warned about once on stderr, naming it, and
  * its default applies; unset, the defaults apply. Each case runs in its own
@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "testlib.h"
+#include "backend/cpu/buffer_pool.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/pool.h"
-#include "backend/fault.h"
+#include "base/fault.h"
+#include "base/settings.h"
 #include "compile/program.h"
-#include "core/settings.h"
 
 /* driven: the checks below run the code that reads the variable, so the
    table must mark it read (a variable without that is checked through

@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "backend/cpu/pool.h"
+#include "backend/cpu/buffer_pool.h"
 #include "backend/memory.h"
-#include "core/cache.h"
-#include "core/profile.h"
-#include "core/tensor.h"
+#include "base/profile.h"
+#include "engine/cache.h"
+#include "engine/tensor.h"
 #include "runtime/executor.h"
 
 enum { B = 8, IN = 6, HID = 12, OUT = 3, STEPS = 6 };

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
-#include "core/capture.h"
-#include "core/error.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "base/thread.h"
+#include "engine/capture.h"
 
 static int no_grad_depth;
 

@@ -18,7 +18,7 @@
 #ifndef LZ_AUTOGRAD_H
 #define LZ_AUTOGRAD_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 struct lz_ag;
 /* Fills gin[i] with a new tensor holding d(loss)/d(in[i]), or leaves it
@@ -59,7 +59,7 @@ void lz_ag_unref(lz_ag *ag);
 /* Frees ag's saved values and edges and marks it LZ_AG_FREED (lz_backward
    has run through it). */
 void lz_ag_release(lz_ag *ag);
-/* t's value was replaced (core/tensor.c): its record no longer describes
+/* t's value was replaced (engine/tensor.c): its record no longer describes
    it and becomes an LZ_AG_OVERWRITTEN marker. */
 void lz_ag_overwritten(lz_tensor *t);
 /* Sets the error explaining why a backward cannot run through dead record

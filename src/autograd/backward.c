@@ -9,10 +9,10 @@
 #include <stdlib.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
-#include "backend/fault.h"
-#include "core/tensor.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "base/thread.h"
+#include "engine/tensor.h"
 
 /* A vertex: a record, or (fn NULL) a leaf. */
 typedef struct vtx { lz_ag *fn; lz_tensor *leaf; } vtx;
@@ -71,6 +71,26 @@ static int topo_order(vtx root, uint32_t ep, vvec *order, lz_ag **dead)
     return rc ? lz_errorf_int("lz_backward: out of memory ordering the autograd records") : 0;
 }
 
+/* a + g for two gradients of one value: recorded here rather than by
+   lz_add, because ops sit a floor above autograd (docs/design.md, Layers).
+   Both have the value's shape and dtype by construction (each rule
+   reduces a broadcast gradient to its input's shape): a mismatch is a bug
+   in a rule, reported instead of broadcast. */
+static lz_tensor *add_grads(lz_tensor *a, lz_tensor *g)
+{
+    const lz_node *na = a->node, *ng = g->node;
+    int same = na->dtype == ng->dtype && na->ndim == ng->ndim;
+    for (int d = 0; same && d < na->ndim; d++) same = na->shape[d] == ng->shape[d];
+    if (!same) {
+        char sg[96], sa[96];
+        return lz_errorf("lz_backward: a gradient (%s %s) does not match its value (%s %s)",
+                         lz_dtype_name((lz_dtype)ng->dtype), lz_shape_str(sg, ng->ndim, ng->shape),
+                         lz_dtype_name((lz_dtype)na->dtype), lz_shape_str(sa, na->ndim, na->shape));
+    }
+    lz_tensor *in[2] = {a, g};
+    return lz_record(LZ_OP_ADD, (lz_dtype)na->dtype, na->ndim, na->shape, 2, in, NULL);
+}
+
 /* Adds g (an owned handle) into an accumulator. */
 static int accumulate(lz_tensor **acc, lz_tensor *g)
 {
@@ -78,7 +98,7 @@ static int accumulate(lz_tensor **acc, lz_tensor *g)
         *acc = g;
         return 0;
     }
-    lz_tensor *sum = lz_add(*acc, g);
+    lz_tensor *sum = add_grads(*acc, g);
     lz_free(g);
     if (!sum) return -1;
     lz_scope_release(sum);
@@ -157,7 +177,7 @@ int lz_backward(lz_tensor *loss)
                 t->grad = g;
                 continue;
             }
-            lz_tensor *sum = lz_add(t->grad, g);
+            lz_tensor *sum = add_grads(t->grad, g);
             rc = sum ? lz_assign(t->grad, sum) : -1;
             lz_free(sum);
             lz_free(g);

@@ -1,10 +1,18 @@
-/* The backend contract: buffers, compiling a program, running it.
- * Small enough that another device needs no change to core, ops or
- * autograd. */
+/* The backend contract: buffers, compiling a program, running it, and the
+ * registry every floor reaches the backend through. Small enough that
+ * another device needs no change to the engine, ops or autograd.
+ *
+ * It sits below the compiler (device memory and the compiler call through
+ * it), so it names the compiler's program types without their definition;
+ * a backend includes compile/program.h itself. */
 #ifndef LZ_BACKEND_H
 #define LZ_BACKEND_H
 
-#include "compile/program.h"
+#include <stddef.h>
+#include <stdint.h>
+
+struct lz_program;
+struct lz_step;
 
 typedef struct lz_backend_exec lz_backend_exec;
 
@@ -19,23 +27,28 @@ typedef struct lz_backend {
     void  (*copy)(void *dst, const void *src, size_t nbytes);
     /* Prepares kernels for p (which outlives the result) and sets each
        step's scratch_bytes; runs before the memory plan. NULL + error. */
-    lz_backend_exec *(*prepare)(lz_program *p);
+    lz_backend_exec *(*prepare)(struct lz_program *p);
     /* Runs on the executor thread. ptrs[v] is value v's memory; step i's
        scratch is at arena + steps[i].scratch_offset. Returns NULL or a
        message naming the failing op. */
     const char *(*run)(lz_backend_exec *e, void *const *ptrs, void *arena);
     void  (*release)(lz_backend_exec *e);
-    /* Blocked layouts (compile/layout.c), both optional: the channel block
+    /* Blocked layouts (compile/layout_plan.c), both optional: the channel block
        of the backend's kernels (0: plain layouts only), and how step s's
        kernel takes each value under block b (LZ_TAKES_*): how[k] for
        s->in[k], how[s->n_in] for its output(s). */
     int   (*layout_block)(void);
-    void  (*operand_layouts)(const lz_program *p, const lz_step *s, int b, uint8_t *how);
+    void  (*operand_layouts)(const struct lz_program *p, const struct lz_step *s, int b,
+                             uint8_t *how);
     /* Returns memory the backend keeps for reuse to the system (lz_shutdown). */
     void  (*trim)(void);
 } lz_backend;
 
-const lz_backend *lz_backend_cpu(void);
+/* Makes b the backend every later allocation and compile uses (the engine
+   registers the CPU backend when the first tensor is made, unless another
+   is registered before: engine/tensor_api.c). b outlives the process. */
+void lz_backend_register(const lz_backend *b);
+/* The registered backend; NULL before one is registered. */
 const lz_backend *lz_backend_current(void);
 
 #endif

@@ -1,16 +1,20 @@
-/* Device memory through the current backend, with the accounting behind
- * the peak_bytes metric. */
+/* Device memory through the registered backend (registry.c), with the
+ * accounting behind the peak_bytes metric. */
 #include "backend/memory.h"
 
 #include <stdatomic.h>
 
 #include "backend/backend.h"
+#include "base/error.h"
 
 static atomic_llong bytes_now, bytes_peak;
 
 void *lz_device_alloc(size_t nbytes)
 {
-    void *p = lz_backend_current()->alloc(nbytes);
+    const lz_backend *b = lz_backend_current();
+    if (!b) return lz_errorf("no backend registered: cannot allocate %zu bytes of device memory",
+                             nbytes);
+    void *p = b->alloc(nbytes);
     if (!p) return NULL;
     long long now = atomic_fetch_add(&bytes_now, (long long)nbytes) + (long long)nbytes;
     long long peak = atomic_load(&bytes_peak);
@@ -20,8 +24,9 @@ void *lz_device_alloc(size_t nbytes)
 
 void lz_device_free(void *p, size_t nbytes)
 {
-    if (!p) return;
-    lz_backend_current()->free(p, nbytes);
+    const lz_backend *b = lz_backend_current();
+    if (!p || !b) return;
+    b->free(p, nbytes);
     atomic_fetch_sub(&bytes_now, (long long)nbytes);
 }
 
@@ -32,6 +37,6 @@ void lz_device_peak_reset(void) { atomic_store(&bytes_peak, atomic_load(&bytes_n
 void lz_device_trim(void)
 {
     const lz_backend *b = lz_backend_current();
-    if (b->trim) b->trim();
+    if (b && b->trim) b->trim();
 }
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
 #include "backend/memory.h"
-#include "core/error.h"
+#include "base/error.h"
+#include "base/fault.h"
 
 static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32 ? 4 : 8; }
 
@@ -108,6 +108,10 @@ lz_executable *lz_compile(const lz_graph *g)
     for (size_t k = 0; e->sig && k < sizeof passes / sizeof *passes && !e->prog.out_of_memory; k++)
         passes[k](&e->prog);
     e->backend = lz_backend_current();
+    if (!e->backend) {
+        lz_executable_unref(e);
+        return lz_errorf("no backend registered: cannot compile a graph of %d nodes", g->n_nodes);
+    }
     if (e->sig && !e->prog.out_of_memory) lz_plan_layouts(&e->prog, e->backend);
     if (e->sig && !e->prog.out_of_memory) lz_plan_inplace(&e->prog);
     if (!e->sig || e->prog.out_of_memory) {
@@ -147,34 +151,4 @@ void lz_executable_unref(lz_executable *e)
     lz_program_free(&e->prog);
     free(e->sig);
     free(e);
-}
-
-static void step_free(lz_step *s)
-{
-    lz_fused *f = s->fused;
-    for (int k = 0; f && k < f->n_ops; k++) free(f->ops[k].in);
-    free(f);
-    free(s->in);
-}
-
-void lz_program_drop_steps(lz_program *p, const char *drop)
-{
-    int kept = 0;
-    for (int i = 0; i < p->n_steps; i++) {
-        if (drop[i]) step_free(&p->steps[i]);
-        else p->steps[kept++] = p->steps[i];
-    }
-    p->n_steps = kept;
-}
-
-void lz_program_free(lz_program *p)
-{
-    for (int i = 0; i < p->n_steps; i++) step_free(&p->steps[i]);
-    free(p->steps);
-    free(p->values);
-    free(p->written_by);
-    free(p->last_read_by);
-    free(p->output_value);
-    free(p->input_value);
-    memset(p, 0, sizeof *p);
 }

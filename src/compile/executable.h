@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 #include "compile/program.h"
-#include "core/graph.h"
+#include "ir/graph.h"
 
 typedef struct lz_executable {
     atomic_int refs;

@@ -9,7 +9,7 @@
  * ViT at bench size ran 51 expands a step (7-15 ms), BERT 50 (9.5 ms). */
 #include <stdlib.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "compile/program.h"
 
 void lz_fold_expands(lz_program *p)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "compile/program.h"
 
 #define MAX_PARTS 16

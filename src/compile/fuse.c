@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "compile/executable.h"
 
 static int fusable(const lz_program *p, const lz_step *s)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "compile/executable.h"
 
 /* The activation a step applies: 1 ReLU, 2 hardtanh, 0 neither. */

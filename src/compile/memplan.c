@@ -4,7 +4,7 @@
  * scratch is a temporary that lives for that step alone. */
 #include <stdlib.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "compile/executable.h"
 
 #define ALIGN 64

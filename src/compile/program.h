@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "lazyc.h"
-#include "core/ir.h"
+#include "base/op.h"
+#include "base/switches.h"
 
 /* VIEW: a temporary that is another value's memory read with its own
    shape (a reshape's result; views.c). */
@@ -22,7 +23,7 @@ typedef struct lz_value {
     int     view_of;         /* for views: the value whose memory it is (never a view) */
     /* 0: plain (row-major). b > 0: 4-d [N, C, H, W] stored channel-blocked
        as [N, C/b, H, W, b] (oneDNN's nChw16c for b = 16); C is a multiple
-       of b, so the size is the same. Only temporaries (compile/layout.c). */
+       of b, so the size is the same. Only temporaries (compile/layout_plan.c). */
     uint8_t block;
 } lz_value;
 
@@ -93,9 +94,11 @@ static inline int lz_memory_of(const lz_program *p, int v)
     return p->values[v].kind == LZ_VALUE_VIEW ? p->values[v].view_of : v;
 }
 
+/* Frees the program's steps and tables (program.c). */
 void lz_program_free(lz_program *p);
 /* Takes the steps i with drop[i] set out of the schedule, in order, and
-   frees them: what the passes below use to remove the steps they fold. */
+   frees them (program.c): what the passes below use to remove the steps
+   they fold. */
 void lz_program_drop_steps(lz_program *p, const char *drop);
 
 /* Element-wise steps that read an expand read its source instead, and
@@ -132,21 +135,8 @@ enum {
 };
 struct lz_backend;
 /* Marks the temporaries that every kernel writing or reading them takes
-   blocked, as the backend reports (compile/layout.c), unless blocked
+   blocked, as the backend reports (compile/layout_plan.c), unless blocked
    layouts are off. Runs after lz_plan_views. */
 void lz_plan_layouts(lz_program *p, const struct lz_backend *be);
-/* Whether lz_plan_layouts marks any, whether lz_fuse fuses, and whether
-   a backend may run a 3x3 convolution by Winograd's algorithm (fewer
-   multiplications, results that differ from the direct sum by rounding)
-   (switches.c): LZ_BLOCKED=0, LZ_FUSION=0 and LZ_WINOGRAD=0 in the
-   environment (read once) turn them off; the _set functions override
-   that (1 on, 0 off, -1 back to the environment) for tests and
-   benchmarks. Executables already compiled keep their steps. */
-int  lz_blocked_layouts_enabled(void);
-void lz_blocked_layouts_set(int on);
-int  lz_fusion_enabled(void);
-void lz_fusion_set(int on);
-int  lz_winograd_enabled(void);
-void lz_winograd_set(int on);
 
 #endif

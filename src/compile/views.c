@@ -10,7 +10,7 @@
  * ViT at bench size ran 352 reshape copies a step (40-52 ms of ~900). */
 #include <stdlib.h>
 
-#include "backend/fault.h"
+#include "base/fault.h"
 #include "compile/program.h"
 
 void lz_plan_views(lz_program *p)

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "io/dataset.h"
 
 /* Reads exactly n bytes; returns 0, or -1 when the file ends early. */

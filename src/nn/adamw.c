@@ -46,8 +46,8 @@
 #include <string.h>
 
 #include "lazyc.h"
-#include "core/error.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/thread.h"
 #include "nn/optim_opts.h"
 
 /* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and

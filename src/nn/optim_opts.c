@@ -2,8 +2,8 @@
 
 #include <stdlib.h>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "base/error.h"
+#include "engine/tensor.h"
 
 int lz_optim_check_params(const char *fn, lz_tensor *const *params, int n)
 {

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/tensor.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/thread.h"
+#include "engine/tensor.h"
 
 struct lz_params {
     int n, cap;

@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "lazyc.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "nn/optim_opts.h"
 
 static int bad_rate(float x)

@@ -30,8 +30,8 @@
 #include <stdlib.h>
 
 #include "lazyc.h"
-#include "core/error.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/thread.h"
 #include "nn/optim_opts.h"
 
 struct lz_sgd {

@@ -3,7 +3,7 @@
  * comes from the rules of matmul, softmax and the element-wise ops. */
 #include <math.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"

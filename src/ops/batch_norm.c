@@ -11,7 +11,7 @@
 #include "ops/batch_norm.h"
 
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/elementwise.h"
 #include "ops/ops_util.h"
 

@@ -3,10 +3,10 @@
  * broadcast add of b viewed as [1, O, 1, 1], so its gradient is the add's
  * ordinary reduction and the compiler may fuse it with what follows. */
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/ops_util.h"
 
-/* iattr layout of CONV2D and its gradients (see core/ir.h). */
+/* iattr layout of CONV2D and its gradients (see ir/ir.h). */
 enum { A_SH, A_SW, A_PH, A_PW, A_DH, A_DW, A_GROUPS, N_ATTR };
 
 static int conv_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)

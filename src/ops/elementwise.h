@@ -2,7 +2,7 @@
 #ifndef LZ_OPS_ELEMENTWISE_H
 #define LZ_OPS_ELEMENTWISE_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 /* x * factor as an LZ_OP_SCALE node. Only for factors fixed by shapes or by
    the op itself (1/n, 0.5), never for values that change between steps:

@@ -3,7 +3,7 @@
  * not equal to itself. Built from existing ops, so it fuses with the
  * graph that computes x and needs no kernel of its own, and no constant
  * (inside a captured step it bakes no host value). */
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/ops_util.h"
 
 lz_tensor *lz_all_finite(lz_tensor *x)

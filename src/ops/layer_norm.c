@@ -4,7 +4,7 @@
  * variance of the last n_axes axes. */
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 

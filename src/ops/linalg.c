@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/ops_util.h"
 
 /* ---- matmul ---------------------------------------------------------------- */

@@ -3,7 +3,7 @@
  * indices are data, so an out-of-range one is found by the kernel, which
  * fails the execution with a message instead of reading out of bounds. */
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/ops_util.h"
 
 static int cross_entropy_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)

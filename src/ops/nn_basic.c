@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 

@@ -3,7 +3,7 @@
 #ifndef LZ_OPS_NN_INTERNAL_H
 #define LZ_OPS_NN_INTERNAL_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 /* A 0-d f32 data tensor holding value, owned by the library and shared by
    every caller asking for the same value (borrowed: do not free). A
@@ -22,5 +22,9 @@ lz_tensor *lz_nn_alias(const char *name, lz_tensor *x);
    reference); the next use makes them again. */
 void lz_nn_consts_shutdown(void);
 void lz_random_shutdown(void);
+/* The random generator's state tensors (made on first use), borrowed:
+   what lz_rng_state (nn/rng_state.c) names in a parameter set. 0, or -1
+   with the error set. */
+int  lz_random_state(lz_tensor **seed, lz_tensor **counter);
 
 #endif

@@ -1,6 +1,6 @@
 #include "ops/ops_util.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 int64_t lz_shape_numel(int ndim, const int64_t *shape)
 {

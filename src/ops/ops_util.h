@@ -2,7 +2,7 @@
 #ifndef LZ_OPS_UTIL_H
 #define LZ_OPS_UTIL_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 /* numpy broadcast of two shapes; on mismatch sets "op: shapes [..] and [..]
    cannot broadcast" and returns -1. */

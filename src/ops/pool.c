@@ -4,10 +4,10 @@
  * the argmax from x rather than keeping indices, so the forward stays one
  * output and the gradient needs no integer tensor. */
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/ops_util.h"
 
-/* iattr layout of the pool ops (see core/ir.h). */
+/* iattr layout of the pool ops (see ir/ir.h). */
 enum { A_KH, A_KW, A_SH, A_SW, A_PH, A_PW, A_CEIL, A_COUNT_PAD, N_ATTR };
 
 /* torch's pooling_output_shape (dilation 1): with ceil_mode the last window

@@ -8,12 +8,12 @@
  * and each replay would repeat the first mask. Element i of a draw is a
  * pure function of (seed, counter + i), so the numbers do not depend on
  * threads, on eager/lazy/captured mode, or on how a graph is scheduled. */
-#include <stdio.h>
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "core/error.h"
-#include "core/thread.h"
+#include "base/error.h"
+#include "base/thread.h"
+#include "engine/capture.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 
@@ -43,6 +43,8 @@ static int rng_create(uint64_t seed)
     }
     rng_seed = ts;
     rng_counter = tc;
+    /* made inside a traced step, they would be taken for its temporaries */
+    lz_capture_note_library_state();
     return 0;
 }
 
@@ -117,13 +119,10 @@ static lz_tensor *draw(const char *name, int normal, int ndim, const int64_t *sh
 lz_tensor *lz_rand(int ndim, const int64_t *shape) { return draw("lz_rand", 0, ndim, shape); }
 lz_tensor *lz_randn(int ndim, const int64_t *shape) { return draw("lz_randn", 1, ndim, shape); }
 
-int lz_rng_state(lz_params *into, const char *prefix)
+int lz_random_state(lz_tensor **seed, lz_tensor **counter)
 {
-    if (!into || !prefix) return lz_errorf_int("lz_rng_state: NULL argument");
     if (!rng_seed && rng_create(DEFAULT_SEED) != 0) return -1;
-    char name[512];
-    snprintf(name, sizeof name, "%s.seed", prefix);
-    if (!lz_params_add(into, name, lz_retain(rng_seed), 0)) return -1;
-    snprintf(name, sizeof name, "%s.counter", prefix);
-    return lz_params_add(into, name, lz_retain(rng_counter), 0) ? 0 : -1;
+    *seed = rng_seed;
+    *counter = rng_counter;
+    return 0;
 }

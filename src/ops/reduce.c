@@ -2,7 +2,7 @@
  * rules. The node keeps the reduced axes as a bitmask (iattr[0]) and
  * keepdim (iattr[1]). */
 #include "autograd/autograd.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "ops/elementwise.h"
 #include "ops/ops_util.h"
 

@@ -1,7 +1,7 @@
 #ifndef LZ_OPS_TEST_GATE_H
 #define LZ_OPS_TEST_GATE_H
 
-#include "core/tensor.h"
+#include "engine/tensor.h"
 
 lz_tensor *lz_test_gate(lz_tensor *x);
 

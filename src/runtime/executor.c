@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/fault.h"
-#include "core/error.h"
-#include "core/metrics.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "base/metrics.h"
 #include "runtime/omp_quiet.h"
 
 /* One allocation per job: the struct, then in[], out[] and keep[]. */

@@ -5,8 +5,8 @@
 #ifndef LZ_EXECUTOR_H
 #define LZ_EXECUTOR_H
 
+#include "backend/buffer.h"
 #include "compile/executable.h"
-#include "runtime/buffer.h"
 
 /* Enqueues one execution of exe. Takes references to exe and every buffer;
    in[slot] and out[slot] follow the program's input/output slots. keep

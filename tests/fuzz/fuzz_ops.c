@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "lazyc.h"
-#include "core/tensor.h"
+#include "engine/tensor.h"
 #include "ops/nn_internal.h"
 
 enum { NSLOT = 8, MAX_DEPTH = 4, MAX_OPS = 64 };

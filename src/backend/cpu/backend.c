@@ -4,13 +4,13 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/buffer_pool.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
-#include "backend/fault.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/profile.h"
+#include "base/error.h"
+#include "base/fault.h"
+#include "base/metrics.h"
+#include "base/profile.h"
 
 typedef struct cpu_step {
     lz_kernel kernel;
@@ -103,5 +103,3 @@ const lz_backend *lz_backend_cpu(void)
     };
     return &cpu;
 }
-
-const lz_backend *lz_backend_current(void) { return lz_backend_cpu(); }

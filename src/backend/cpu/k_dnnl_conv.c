@@ -7,7 +7,7 @@
  * into the step's scratch (lz_step.scratch_bytes, placed in the
  * executable's arena by the memory plan, live for this step alone) that
  * also holds the primitive's user-mode scratchpad. An activation the compiler keeps
- * channel-blocked (lz_value.block, compile/layout.c) is handed to the
+ * channel-blocked (lz_value.block, compile/layout_plan.c) is handed to the
  * primitive as it is, with no reorder: such steps always run here, since
  * im2col reads plain layouts only. On plain layouts oneDNN itself runs gemm
  * (x64:gemm:jit), measured no faster than k_conv.
@@ -70,9 +70,9 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "core/ir.h"
-#include "core/metrics.h"
-#include "core/settings.h"
+#include "base/metrics.h"
+#include "base/op.h"
+#include "base/settings.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;

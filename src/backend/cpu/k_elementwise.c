@@ -227,6 +227,10 @@ ROW1(pow2_f32, float, float, x * x)
 ROW1(pow3_f32, float, float, x * x * x)
 ROW1(powhalf_f32, float, float, sqrtf(x))
 ROW1(powm1_f32, float, float, 1.0f / x)
+/* torch computes these exponents as 1/sqrt and 1/(x*x) too, so -0.0 gives
+   its -inf (powf(-0.0, -0.5) is +inf) */
+ROW1(powmhalf_f32, float, float, 1.0f / sqrtf(x))
+ROW1(powm2_f32, float, float, 1.0f / (x * x))
 ROW1(pow1_f32, float, float, x)
 ROW1(pow0_f32, float, float, ((void)x, 1.0f))
 
@@ -289,6 +293,8 @@ static row_fn pow_row(float e)
     if (e == 0.5f) return powhalf_f32;
     if (e == 1.0f) return pow1_f32;
     if (e == -1.0f) return powm1_f32;
+    if (e == -0.5f) return powmhalf_f32;
+    if (e == -2.0f) return powm2_f32;
     if (e == 0.0f) return pow0_f32;
     return pow_f32;
 }

@@ -3,6 +3,7 @@
 #ifndef LZ_CPU_KERNELS_H
 #define LZ_CPU_KERNELS_H
 
+#include "backend/backend.h"
 #include "compile/program.h"
 
 typedef const char *(*lz_kernel)(const lz_program *p, const lz_step *s, void *const *ptrs);
@@ -95,7 +96,7 @@ int64_t lz_dnnl_conv_timed(void);
 /* Whether oneDNN has a jit primitive for conv2d step s with its
    activations in channel block b (k_dnnl_conv.c). */
 int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_step *s, int b);
-/* Blocked layouts on the CPU (layout.c): the lz_backend hooks. */
+/* Blocked layouts on the CPU (operand_layouts.c): the lz_backend hooks. */
 int  lz_cpu_layout_block(void);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_step *s, int b, uint8_t *how);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
@@ -134,5 +135,9 @@ void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *stri
    in of out's shape contiguously and a plain one (a per-channel bias, a
    scalar) through its broadcast strides. Returns the axis count. */
 int lz_order_strides(const lz_value *in, const lz_value *out, int64_t *shape, int64_t *st);
+
+/* The CPU backend's table (backend.c); the engine registers it
+   (engine/tensor_api.c). */
+const lz_backend *lz_backend_cpu(void);
 
 #endif

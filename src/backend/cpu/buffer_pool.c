@@ -1,0 +1,132 @@
+/* Host memory for the CPU backend, with freed blocks kept by size for
+ * reuse. A training step frees and allocates the same sizes every step;
+ * large blocks would otherwise be fresh mmaps whose pages fault in again
+ * each step. Buffers are freed on both threads (the executor drops its
+ * references after a run), hence the lock.
+ *
+ * When the cache is full, the blocks freed longest ago make room for the
+ * new one: sizes a finished model or step no longer asks for must not keep
+ * the next one's blocks from being cached (they would then be unmapped
+ * and faulted in again on every step). */
+#include "backend/cpu/buffer_pool.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/fault.h"
+#include "base/settings.h"
+
+#define NBUCKETS 1024
+
+/* Lives in the freed memory (blocks are at least 64 bytes). */
+typedef struct block {
+    struct block *next, *prev;         /* same bucket */
+    struct block *newer, *older;       /* free order */
+    size_t size;
+} block;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static block *buckets[NBUCKETS];
+static block *newest, *oldest;
+static size_t cached, limit;
+
+static size_t round_size(size_t n) { return (n + 63) / 64 * 64; }
+static size_t bucket_of(size_t size) { return (size / 64) % NBUCKETS; }
+
+static size_t cache_limit(void)
+{
+    if (!limit) {
+        limit = (size_t)lz_setting_int(LZ_SETTING_POOL_MIB) << 20;
+        if (!limit) limit = 1;   /* 0 MiB: cache nothing */
+    }
+    return limit;
+}
+
+/* under mu */
+static void unlink_block(block *b)
+{
+    if (b->prev) b->prev->next = b->next;
+    else buckets[bucket_of(b->size)] = b->next;
+    if (b->next) b->next->prev = b->prev;
+    if (b->newer) b->newer->older = b->older;
+    else newest = b->older;
+    if (b->older) b->older->newer = b->newer;
+    else oldest = b->newer;
+    cached -= b->size;
+}
+
+void *lz_pool_alloc(size_t nbytes)
+{
+    if (lz_fault_hit(LZ_FAULT_ALLOC)) return NULL;
+    size_t size = round_size(nbytes ? nbytes : 1);
+    pthread_mutex_lock(&mu);
+    for (block *b = buckets[bucket_of(size)]; b; b = b->next) {
+        if (b->size != size) continue;
+        unlink_block(b);
+        pthread_mutex_unlock(&mu);
+        return b;
+    }
+    pthread_mutex_unlock(&mu);
+    return aligned_alloc(64, size);
+}
+
+void lz_pool_free(void *p, size_t nbytes)
+{
+    if (!p) return;
+    size_t size = round_size(nbytes ? nbytes : 1);
+    pthread_mutex_lock(&mu);
+    if (size > cache_limit()) {
+        pthread_mutex_unlock(&mu);
+        free(p);
+        return;
+    }
+    block *evicted = NULL;
+    while (cached + size > cache_limit()) {
+        block *o = oldest;
+        unlink_block(o);
+        o->next = evicted;       /* freed outside the lock */
+        evicted = o;
+    }
+    block *b = p;
+    b->size = size;
+    b->prev = NULL;
+    b->next = buckets[bucket_of(size)];
+    if (b->next) b->next->prev = b;
+    buckets[bucket_of(size)] = b;
+    b->newer = NULL;
+    b->older = newest;
+    if (newest) newest->newer = b;
+    newest = b;
+    if (!oldest) oldest = b;
+    cached += size;
+    pthread_mutex_unlock(&mu);
+    while (evicted) {
+        block *next = evicted->next;
+        free(evicted);
+        evicted = next;
+    }
+}
+
+void lz_pool_trim(void)
+{
+    pthread_mutex_lock(&mu);
+    block *all = newest;
+    for (int i = 0; i < NBUCKETS; i++) buckets[i] = NULL;
+    newest = oldest = NULL;
+    cached = 0;
+    pthread_mutex_unlock(&mu);
+    while (all) {
+        block *next = all->older;
+        free(all);
+        all = next;
+    }
+}
+
+size_t lz_pool_cached_bytes(void)
+{
+    pthread_mutex_lock(&mu);
+    size_t n = cached;
+    pthread_mutex_unlock(&mu);
+    return n;
+}

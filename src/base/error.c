@@ -1,0 +1,67 @@
+#include "base/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Per thread, so a failure on the executor thread never clobbers the
+   recording thread's message. */
+static _Thread_local char last_error[512];
+static _Thread_local int has_error;
+
+static void set_error(const char *fmt, va_list ap)
+{
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    has_error = 1;
+}
+
+void *lz_errorf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+int lz_errorf_int(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void lz_set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(fmt, ap);
+    va_end(ap);
+}
+
+const char *lz_last_error(void) { return has_error ? last_error : NULL; }
+void lz_clear_error(void) { has_error = 0; last_error[0] = 0; }
+
+const char *lz_shape_str(char *buf, int ndim, const int64_t *shape)
+{
+    int n = snprintf(buf, 96, "[");
+    for (int i = 0; i < ndim && n < 80; i++)
+        n += snprintf(buf + n, (size_t)(96 - n), "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(buf + n, (size_t)(96 - n), "]");
+    return buf;
+}
+
+const char *lz_dtype_name(lz_dtype dtype)
+{
+    switch (dtype) {
+    case LZ_F32: return "f32";
+    case LZ_I64: return "i64";
+    case LZ_I32: return "i32";
+    }
+    return "unknown";
+}
+
+/* Here, next to lz_dtype_name, because kernels (backend/cpu) size buffers
+   with it and must not call up into the engine. */
+size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : 4; }
