@@ -16,7 +16,7 @@ tau, per layer = FACTOR x PyTorch's own f32 error on that layer's input
 layer's largest input). A closest call with gap < tau is a tie.
 
 FACTOR is 2, not the tolerances' 30: another implementation's rounding of
-a forward activation is measured at 1.5-2.2x PyTorch's (vgg16's
+a forward activation is measured at 1.25-2.2x PyTorch's (vgg16's
 features.22, lazyc with and without Winograd, AVX2 cap), and at 30x every
 step of vgg16's run has tied windows, the first step too, whose flips
 (all at once, in float64) move conv 21's weight gradient by 10% while
