@@ -7,13 +7,16 @@
  * With arguments it is the C side of the model parity test
  * (tests/test_model_parity.sh):
  *
- *   test_models sgd NAME WEIGHTS INPUTS OUT [STEPS [lazy]]
+ *   test_models sgd NAME WEIGHTS INPUTS OUT [STEPS[:SAVE] [lazy]]
  *
  * loads WEIGHTS into the smoke-size model, runs STEPS (default 3) SGD
  * steps (lr 0.01, momentum 0.9, dropout off, train mode) on the batch x, y
  * of INPUTS: the first lazily, the rest captured (or lazily too, with
- * "lazy", to tell a capture problem from a numerical one); and writes
- * every parameter and buffer to OUT.
+ * "lazy", to tell a capture problem from a numerical one), printing each
+ * step's loss; and writes every parameter and buffer to OUT as they are
+ * after SAVE steps (default STEPS; the parity test stops its comparison
+ * of the state before a step whose max-pool choices tie within rounding,
+ * and still compares that step's loss).
  *
  *   test_models grads NAME WEIGHTS INPUTS OUT [eval]
  *
@@ -242,8 +245,16 @@ static void test_registry(void)
 /* ---- parity mode ----------------------------------------------------------- */
 
 static int run_sgd(const char *name, const char *weights, const char *inputs, const char *out,
-                   int steps, int all_lazy)
+                   const char *steps_arg, int all_lazy)
 {
+    char *end;
+    long steps = strtol(steps_arg, &end, 10), save = steps;
+    if (*end == ':') save = strtol(end + 1, &end, 10);
+    if (*end || steps < 1 || steps > 1000 || save < 1 || save > steps) {
+        fprintf(stderr, "test_models sgd: steps '%s' is not STEPS or STEPS:SAVE with 1 <= SAVE <= STEPS <= 1000\n",
+                steps_arg);
+        return 2;
+    }
     lz_model *m = lz_model_new(name, "smoke", 1);
     if (!m) { fprintf(stderr, "test_models sgd: %s\n", lz_last_error()); return 1; }
     lz_model_set_dropout(m, 0);
@@ -265,12 +276,14 @@ static int run_sgd(const char *name, const char *weights, const char *inputs, co
     float loss = lazy_step(&t, x, y);
     printf("step 0 loss %.9g\n", loss);
     if (!isfinite(loss)) rc = 1;
+    if (!rc && save == 1 && (lz_wait() || lz_safetensors_save(out, lz_model_params(m)))) rc = 1;
     lz_fn *f = lz_capture(train_step, &t, 2, 1);
     for (int step = 1; step < steps && !rc; step++) {
         if (all_lazy) {
             loss = lazy_step(&t, x, y);
             printf("step %d loss %.9g (lazy)\n", step, loss);
             if (!isfinite(loss)) rc = 1;
+            if (!rc && step + 1 == save && (lz_wait() || lz_safetensors_save(out, lz_model_params(m)))) rc = 1;
             continue;
         }
         lz_tensor *in[2] = { x, y }, *o[1] = { NULL };
@@ -278,8 +291,8 @@ static int run_sgd(const char *name, const char *weights, const char *inputs, co
         loss = lz_item(o[0]);
         printf("step %d loss %.9g\n", step, loss);
         lz_free(o[0]);
+        if (step + 1 == save && (lz_wait() || lz_safetensors_save(out, lz_model_params(m)))) rc = 1;
     }
-    if (!rc && (lz_wait() || lz_safetensors_save(out, lz_model_params(m)))) rc = 1;
     if (rc) fprintf(stderr, "test_models sgd %s: %s\n", name, lz_last_error() ? lz_last_error() : "failed");
     lz_fn_free(f);
     lz_sgd_free(t.opt);
@@ -345,11 +358,11 @@ int main(int argc, char **argv)
     if (argc >= 6 && !strcmp(argv[1], "grads"))
         return run_grads(argv[2], argv[3], argv[4], argv[5], !(argc > 6 && !strcmp(argv[6], "eval")));
     if (argc >= 6 && !strcmp(argv[1], "sgd"))
-        return run_sgd(argv[2], argv[3], argv[4], argv[5], argc > 6 ? atoi(argv[6]) : 3,
+        return run_sgd(argv[2], argv[3], argv[4], argv[5], argc > 6 ? argv[6] : "3",
                        argc > 7 && !strcmp(argv[7], "lazy"));
     if (argc > 1 && strcmp(argv[1], "--model") != 0) {
         fprintf(stderr, "usage: test_models [--model NAME]\n"
-                        "       test_models sgd NAME WEIGHTS INPUTS OUT [STEPS [lazy]]\n"
+                        "       test_models sgd NAME WEIGHTS INPUTS OUT [STEPS[:SAVE] [lazy]]\n"
                         "       test_models grads NAME WEIGHTS INPUTS OUT [eval]\n");
         return 2;
     }

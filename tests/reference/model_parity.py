@@ -18,7 +18,10 @@ for resnet18_fmnist (`lazyc train --model resnet18`, fmnist_ref.py).
         `lazyc grads` does not list) and compare the loss and every gradient, then run
           test_models sgd NAME W I S 3
         (3 SGD steps, the last two captured) and compare every parameter and
-        running statistic. Prints one line per model and names the worst
+        running statistic, and the loss of every step. Where step k's
+        forward has a max-pool window tied within rounding (choices.py),
+        `test_models sgd ... k:k-1` instead: the state after k-1 steps and
+        the losses of steps 1..k (docs/testing.md, "Ties within rounding"). Prints one line per model and names the worst
         tensor of any failure; exits 1 if a model fails.
 
 Models without batch norm train on the seeded batch or, of a few others,
@@ -72,6 +75,7 @@ from torch import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bert_ref  # noqa: E402
+import choices  # noqa: E402
 import fmnist_ref  # noqa: E402
 from write_safetensors import load_file, save_file  # noqa: E402
 
@@ -91,6 +95,7 @@ TOL = 1e-4
 MARGIN = 30.0   # times PyTorch's own f32 error, where that is measured and larger
 SGD_STEPS, LR, MOMENTUM = 3, 0.01, 0.9
 F32_DRAWS = 3   # PyTorch f32 runs that measure the BN models' conditioning
+TIE_KINDS = ("max-pool",)   # choices whose ties cut the SGD comparison (choices.py)
 
 
 def make_model(name):
@@ -153,17 +158,37 @@ def has_batch_norm(model):
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
-def trajectory(model, x, y, dtype=torch.float64, steps=SGD_STEPS):
-    """A reference run (on model itself): (expected, state, losses): loss
-    and gradients of the first step, the state_dict after SGD_STEPS steps.
-    The gradients are those of the first SGD step: one pass serves both."""
+def trajectory(model, x, y, dtype=torch.float64, steps=SGD_STEPS, f32_model=None, keep=()):
+    """A reference run (on model itself): (expected, states, losses, ties):
+    loss and gradients of the first step (the gradients are those of the
+    first SGD step: one pass serves both), the state_dict after each step
+    in keep and after the last (states[k] = after k steps), the loss of
+    each step, and with f32_model (a constructor of the same model in f32)
+    the conditioning of each step's discrete choices: ties[k - 1] lists,
+    per max-pool and ReLU layer, the closest call of step k's forward
+    against 30x PyTorch's own f32 error there (choices.ties)."""
     bert_ref.disable_dropout(model.to(dtype)).train()
     xd = x.to(dtype) if x.is_floating_point() else x
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    losses, expected = [], None
+    losses, expected, states, conds = [], None, {}, []
+    probe = choices.Probe(model) if f32_model else None
     for step in range(steps):
+        if probe:
+            # the same weights in f32: what f32 arithmetic makes of each
+            # probed input on this step's forward
+            m32 = bert_ref.disable_dropout(f32_model()).train()
+            m32.load_state_dict(model.state_dict())
+            p32 = choices.Probe(m32)
+            with torch.no_grad():
+                m32(x)
+            acts32 = p32.acts
+            del m32, p32
         opt.zero_grad()
         loss = loss_of(model, xd, y)
+        if probe:
+            conds.append(choices.ties(probe, acts32))
+            probe.acts.clear()
+            del acts32
         loss.backward()
         if step == 0:
             expected = {"loss": as_f32(loss)}
@@ -171,7 +196,26 @@ def trajectory(model, x, y, dtype=torch.float64, steps=SGD_STEPS):
                 expected[n] = as_f32(p.grad)
         opt.step()
         losses.append(float(loss))
-    return expected, {k: as_f32(v) for k, v in model.state_dict().items()}, losses
+        if step + 1 in keep or step + 1 == steps:
+            states[step + 1] = {k: as_f32(v) for k, v in model.state_dict().items()}
+    if probe:
+        probe.remove()
+    return expected, states, losses, conds
+
+
+def closeness(r):
+    """gap / tau of a choices.ties record (inf when tau is 0)."""
+    return r["gap"] / r["tau"] if r["tau"] > 0 else float("inf")
+
+
+def first_tie(conds):
+    """(step, record) of the first tie along a trajectory (1-based), or
+    None; the record is that step's tie with the smallest gap / tau."""
+    for k, recs in enumerate(conds, 1):
+        tied = [r for r in recs if r["tie"] and r["kind"] in TIE_KINDS]
+        if tied:
+            return k, min(tied, key=lambda r: closeness(r))
+    return None
 
 
 def relu_margin(model, x):
@@ -270,34 +314,35 @@ def write_case(name, outdir):
     save_file({"x": x, "y": y}, os.path.join(outdir, "inputs.safetensors"))
     bn = has_batch_norm(model)
     steps = 1 if shape_case(name) else SGD_STEPS   # gradients only
-    expected, state, losses = trajectory(model, x, y, steps=steps)
+    expected, states, losses, conds = trajectory(model, x, y, steps=steps,
+                                                 f32_model=lambda: make_case(name)[0],
+                                                 keep=range(1, steps))
     del model
+    # The state compared is the one after the last step whose forward has
+    # no tie within rounding (see first_tie): after `cut` steps; after the
+    # first step where that one ties (nothing earlier to compare).
+    tie = first_tie(conds)
+    cut = steps if tie is None else max(tie[0] - 1, 1)
     save_file(expected, os.path.join(outdir, "expected.safetensors"))
-    save_file(state, os.path.join(outdir, "expected_sgd.safetensors"))
-    # PyTorch's own f32 run (one thread, so it is reproducible) measures
-    # what f32 arithmetic allows on each tensor; each tolerance is MARGIN
-    # times that, or TOL where that is smaller (see tolerance). One f32 run
-    # is one draw of roundings; a unit near a point where rounding changes
-    # its gradient (a ReLU input at its kink, two near-equal inputs of a
-    # max-pooling window) flips in some draws and not others: resnext50's
-    # last block, whose bn3.bias gradient is 1e-5 off in PyTorch's f32
-    # run, 8e-2 off in lazyc's with oneDNN's convolutions and in PyTorch's
-    # own run with weights moved by one rounding step in 1 of 6 seeds, by 8
-    # in 5 of 6. So the run is repeated with every weight moved by a few
-    # rounding steps, and each tensor's error is the largest over the draws.
-    # Train-mode batch norm over a batch of 2 is ill-conditioned: there f32
-    # rounding alone moves some gradients by percents, and three SGD steps
-    # compound it.
-    f32 = {"grads": {}, "sgd": {}}
+    if cut:
+        save_file(states[cut], os.path.join(outdir, "expected_sgd.safetensors"))
+    del states
+    f32 = {"grads": {}, "sgd": {}, "losses": [0.0] * steps, "conds": conds, "cut": cut}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     for draw in range(F32_DRAWS):
-        e2, s2, _ = trajectory(perturbed(make_case(name)[0], draw), x, y, torch.float32, steps)
+        e2, s2, l2, _ = trajectory(perturbed(make_case(name)[0], draw), x, y, torch.float32,
+                                   steps, keep=(cut,))
         for k, v in expected.items():
             f32["grads"][k] = max(f32["grads"].get(k, 0.0), rel_err(e2[k], v))
-        for k, v in state.items():
-            if v.is_floating_point():
-                f32["sgd"][k] = max(f32["sgd"].get(k, 0.0), rel_err(s2[k], v))
+        if cut:
+            ref_state, _ = load_file(os.path.join(outdir, "expected_sgd.safetensors"))
+            for k, v in ref_state.items():
+                if v.is_floating_point():
+                    f32["sgd"][k] = max(f32["sgd"].get(k, 0.0), rel_err(s2[cut][k], v))
+            del ref_state
+        for k, (l32, l64) in enumerate(zip(l2, losses)):
+            f32["losses"][k] = max(f32["losses"][k], abs(l32 - l64) / max(abs(l64), 1e-30))
     torch.set_num_threads(threads)
     if bn and not shape_case(name):
         # In eval mode the same models are well conditioned (PyTorch's f32
@@ -307,7 +352,15 @@ def write_case(name, outdir):
         model = bert_ref.disable_dropout(make_case(name)[0].double()).eval()
         xe, margin = eval_batch(model, name, x.shape)
         save_file({"x": xe, "y": y}, os.path.join(outdir, "inputs_eval.safetensors"))
+        probe = choices.Probe(model)
         expected = eval_grads(model, xe, y)
+        m32 = bert_ref.disable_dropout(make_case(name)[0]).eval()
+        p32 = choices.Probe(m32)
+        with torch.no_grad():
+            m32(xe)
+        f32["eval_conds"] = choices.ties(probe, p32.acts)
+        probe.remove()
+        del m32, p32, probe
         save_file(expected, os.path.join(outdir, "expected_eval.safetensors"))
         f32["eval"] = {}
         torch.set_num_threads(1)
@@ -461,7 +514,7 @@ def check_model(name, args, tmp):
             parts.append(f"loss {float(got['loss']):.6f} (torch {ref_losses[0]:.6f})")
         parts.append("grads: " + describe(worst, largest))
         if problems:
-            fails.append("grads: " + "; ".join(problems[:6]))
+            fails.append("grads: " + "; ".join(problems[:6]) + first_step_hint(sens))
 
     expected_eval = os.path.join(case, "expected_eval.safetensors")
     if os.path.exists(expected_eval):
@@ -474,26 +527,93 @@ def check_model(name, args, tmp):
             worst, largest, problems = compare(expected_eval, ge, sens=sens.get("eval"))
             parts.append("grads with eval-mode batch norm: " + describe(worst, largest) +
                          f" [ReLU margin {sens.get('eval_relu_margin', 0):.1e}]")
+            eval_tie = first_tie([sens.get("eval_conds", [])])
+            if eval_tie:
+                parts.append("TIE WITHIN ROUNDING in the eval-mode forward: " + choice_text(eval_tie[1]) +
+                             "; compared as usual (nothing earlier to compare)")
             if problems:
-                fails.append("grads with eval-mode batch norm: " + "; ".join(problems[:6]))
+                fails.append("grads with eval-mode batch norm: " + "; ".join(problems[:6]) +
+                             ("\n      (the eval-mode forward has a max-pool tie within rounding: the "
+                              "gradients may legitimately differ; if so, pick another eval batch)"
+                              if eval_tie else ""))
 
-    rc, out, t_sgd = (0, "", 0.0) if shape_case(name) else \
-        run_cmd([args.test_models, "sgd", name, w, i, s, str(SGD_STEPS)])
-    if shape_case(name):
-        pass   # gradients only
-    elif rc != 0:
-        fails.append(f"test_models sgd exited {rc}:\n{out[-2000:]}")
-    else:
-        worst, largest, problems = compare(os.path.join(case, "expected_sgd.safetensors"), s,
-                                           skip_suffix="num_batches_tracked", sens=sens["sgd"])
-        parts.append(f"{SGD_STEPS} SGD steps: " + describe(worst, largest))
-        if problems:
-            fails.append(f"after {SGD_STEPS} SGD steps: " + "; ".join(problems[:6]) +
-                         f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
-                         " ".join(out.split()))
+    # The SGD comparison stops before the first step whose forward has a
+    # max-pool window tied within rounding (see first_tie): from that step
+    # on the parameters may legitimately follow the other choice.
+    conds = sens.get("conds", [])
+    tie = first_tie(conds)
+    cut = sens.get("cut", SGD_STEPS)
+    t_sgd = 0.0
+    if any(conds):   # models with max-pools or ReLUs
+        parts.append(choices_line(conds, tie, cut))
+    # A tie on the first step (or in the eval-mode forward) leaves nothing
+    # earlier to compare: the gradients and the state after step 1 are
+    # compared as usual, and a failure names the tie (another batch then).
+    hint = ("\n      (" + choice_text(tie[1]) + " on the first step's forward: the gradients may "
+            "legitimately differ there; if so, pick another batch for this model)") \
+        if tie and tie[0] == 1 else ""
+    if not shape_case(name):
+        k = tie[0] if tie else SGD_STEPS
+        rc, out, t_sgd = run_cmd([args.test_models, "sgd", name, w, i, s, f"{k}:{cut}"])
+        if rc != 0:
+            fails.append(f"test_models sgd exited {rc}:\n{out[-2000:]}")
+        else:
+            worst, largest, problems = compare(os.path.join(case, "expected_sgd.safetensors"), s,
+                                               skip_suffix="num_batches_tracked", sens=sens["sgd"])
+            got_losses = [float(t.split()[3]) for t in out.splitlines() if t.startswith("step ")]
+            loss_tols = [max(TOL, MARGIN * e) for e in sens.get("losses", [])][:k]
+            loss_errs = [abs(g - r) / max(abs(r), 1e-30) for g, r in zip(got_losses, ref_losses)]
+            if len(got_losses) != k:
+                problems.append(f"test_models sgd printed {len(got_losses)} losses, expected {k}")
+            problems += [f"loss of step {j + 1} differs by {e:.3e} (tolerance {t:.1e})"
+                         for j, (e, t) in enumerate(zip(loss_errs, loss_tols)) if not e <= t]
+            parts.append(f"state after {cut} SGD step{'s' if cut > 1 else ''}: " + describe(worst, largest) +
+                         (f"; losses of steps 1-{k}" if k > 1 else "; loss of step 1") +
+                         f": largest error {max(loss_errs, default=0):.1e}")
+            if problems:
+                fails.append(f"after {cut} SGD steps: " + "; ".join(problems[:6]) + hint +
+                             f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
+                             " ".join(out.split()))
     line = (f"{name} [torch {t_ref:.0f} s{' (cached)' if cached else ''}, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
             "".join("\n    " + p for p in parts))
     return not fails, line + "".join("\n    FAILED: " + f for f in fails)
+
+
+def first_step_hint(sens):
+    """What a failure of the first step's gradients says when that step's
+    forward has a max-pool tie within rounding."""
+    tie = first_tie(sens.get("conds", [])[:1])
+    return ("\n      (" + choice_text(tie[1]) + " on the first step's forward: the gradients may "
+            "legitimately differ there; if so, pick another batch for this model)") if tie else ""
+
+
+def choice_text(r):
+    return (f"{r['kind']} {r['layer']}, {r['where']}: gap {r['gap']:.2e} "
+            f"{'<' if r['tie'] else '>='} tau {r['tau']:.2e}")
+
+
+def choices_line(conds, tie, cut):
+    """The one line that says how the discrete choices along the SGD run
+    are conditioned, and so which steps are compared."""
+    if tie:
+        k, r = tie
+        head = (f"TIE WITHIN ROUNDING on step {k}'s forward: {choice_text(r)} "
+                f"({choices.FACTOR:g}x PyTorch's own f32 error {r['err']:.1e} on its input)")
+        if k == 1:
+            return (head + "; nothing earlier to compare: the gradients and the state after step 1 "
+                    "are compared as usual, a failure there may be this tie")
+        return (head + f"; steps >= {k} may pick the other input, so the state is compared after "
+                f"step{'s' if cut > 1 else ''} 1{'-%d' % cut if cut > 1 else ''} and the losses of steps 1-{k}")
+    pools = [r for recs in conds for r in recs if r["kind"] == "max-pool"]
+    relus = [r for recs in conds for r in recs if r["kind"] != "max-pool"]
+    text = f"no max-pool tie within rounding in {len(conds)} step{'s' if len(conds) > 1 else ''}"
+    if pools:
+        r = min(pools, key=lambda r: closeness(r))
+        text += f" (closest: {choice_text(r)})"
+    if relus:
+        r = min(relus, key=lambda r: closeness(r))
+        text += f"; closest ReLU kink (not used to cut): {choice_text(r)}"
+    return text
 
 
 def main_run(argv):
