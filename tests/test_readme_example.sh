@@ -9,7 +9,6 @@ set -u
 readme=$1 example=$2 include=$3
 lib=$(cd "$(dirname "$4")" && pwd)/$(basename "$4")   # absolute: the rpath and the run are elsewhere
 cc=${CC:-cc}
-data=/usr/share/datasets/fashion-mnist
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -25,11 +24,7 @@ $cc -std=c11 -Wall -Wextra -Werror -I"$include" "$tmp/readme_example.c" "$lib" \
     -Wl,-rpath,"$(dirname "$lib")" -o "$tmp/train_fmnist" \
     || { echo "FAIL: the README's example does not compile"; exit 1; }
 
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
-    if [ "${CI:-}" = "true" ]; then echo "FAIL: $data is missing; CI installs dataset-fashion-mnist"; exit 1; fi
-    echo "SKIPPED: test_readme_example: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
+. "$(dirname "$0")/require_fmnist.sh" test_readme_example
 cd "$tmp" || exit 1
 failed=0
 check() { if eval "$2"; then echo "ok: $1"; else failed=1; echo "FAIL: $1"; fi; }

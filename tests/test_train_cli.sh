@@ -5,15 +5,7 @@
 # step, and broken data must give a clear error and exit 2.
 set -u
 lazyc="$1"
-data=/usr/share/datasets/fashion-mnist
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
-    if [ "${CI:-}" = "true" ]; then
-        echo "FAILED: $data is missing; CI installs dataset-fashion-mnist" >&2
-        exit 1
-    fi
-    echo "SKIPPED: test_train_cli: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
+. "$(dirname "$0")/require_fmnist.sh" test_train_cli
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 passed=0

@@ -16,15 +16,7 @@
 # usage: test_train_trust.sh LAZYC
 set -u
 lazyc="$1"
-data=/usr/share/datasets/fashion-mnist
-if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
-    if [ "${CI:-}" = "true" ]; then
-        echo "FAILED: $data is missing; CI installs dataset-fashion-mnist" >&2
-        exit 1
-    fi
-    echo "SKIPPED: test_train_trust: $data is missing (apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
+. "$(dirname "$0")/require_fmnist.sh" test_train_trust
 py=/usr/bin/python3
 [ -x "$py" ] || py=$(command -v python3 || true)
 if [ -z "$py" ]; then
