@@ -136,17 +136,25 @@ static int materialise_and_wait(const char *op, lz_tensor *t)
     return lz_executor_wait_buffer(t->node->buf);
 }
 
+/* t's size in bytes, or -1 with op's error when the host side's nbytes
+   differs (side: "destination" or "source"). */
+static int64_t host_bytes(const char *op, const lz_tensor *t, size_t nbytes, const char *side)
+{
+    size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
+    if (nbytes == need) return (int64_t)need;
+    char s[96];
+    return lz_errorf_int("%s: tensor %s %s holds %zu bytes, %s has %zu", op,
+                         lz_shape_str(s, t->node->ndim, t->node->shape),
+                         lz_dtype_name((lz_dtype)t->node->dtype), need, side, nbytes);
+}
+
 int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
 {
     if (!t) return lz_errorf_int("lz_to_host: tensor is NULL");
     if (lz_owner_check("lz_to_host")) return -1;
-    size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
-    if (nbytes != need) {
-        char s[96];
-        return lz_errorf_int("lz_to_host: tensor %s %s holds %zu bytes, destination has %zu",
-                             lz_shape_str(s, t->node->ndim, t->node->shape),
-                             lz_dtype_name((lz_dtype)t->node->dtype), need, nbytes);
-    }
+    int64_t got = host_bytes("lz_to_host", t, nbytes, "destination");
+    if (got < 0) return -1;
+    size_t need = (size_t)got;
     if (need && !dst) return lz_errorf_int("lz_to_host: destination is NULL");
     if (materialise_and_wait("lz_to_host", t)) return -1;
     if (need) memcpy(dst, t->node->buf->data, need); /* dst may be NULL then */
@@ -178,13 +186,9 @@ int lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes)
 {
     if (!t) return lz_errorf_int("lz_copy_from_host: tensor is NULL");
     if (lz_owner_check("lz_copy_from_host")) return -1;
-    size_t need = (size_t)lz_node_numel(t->node) * lz_dtype_size((lz_dtype)t->node->dtype);
-    if (nbytes != need) {
-        char s[96];
-        return lz_errorf_int("lz_copy_from_host: tensor %s %s holds %zu bytes, source has %zu",
-                             lz_shape_str(s, t->node->ndim, t->node->shape),
-                             lz_dtype_name((lz_dtype)t->node->dtype), need, nbytes);
-    }
+    int64_t got = host_bytes("lz_copy_from_host", t, nbytes, "source");
+    if (got < 0) return -1;
+    size_t need = (size_t)got;
     if (need && !data) return lz_errorf_int("lz_copy_from_host: data is NULL");
     /* A fresh buffer, not an overwrite: an execution in flight may still be
        reading the old one. */
