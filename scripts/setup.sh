@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential gcc cmake pkg-config   # toolchain
   libdnnl-dev zlib1g-dev                 # oneDNN 2.x kernels, gzipped data sets
   python3-torch python3-torchvision      # PyTorch reference for parity tests
+  python3-venv                           # virtual environments for the PyTorch bridge (scripts/pyenv.sh)
   libopenblas0-pthread                   # PyTorch's BLAS: without it torch runs the reference BLAS
   valgrind clang libclang-rt-14-dev      # leak checks, libFuzzer harnesses (make check-all)
   libomp-dev                             # clang's OpenMP runtime, for the fuzz harnesses
