@@ -443,6 +443,11 @@ def run_cmd(cmd):
     return p.returncode, p.stdout, time.time() - t0
 
 
+# The scripts whose text decides a reference case: this one and what it
+# imports (other scripts in this folder do not change a case).
+CASE_SOURCES = ("bert_ref.py", "choices.py", "fmnist_ref.py", "model_parity.py", "write_safetensors.py")
+
+
 def cache_root():
     """Where reference cases are kept between runs: the plain and the
     sanitizer runs of the suite, one after the other in CI, compute PyTorch's
@@ -456,11 +461,31 @@ def cache_root():
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "lazyc", "parity")
     h = hashlib.sha256(f"{torch.__version__} {torchvision.__version__}".encode())
-    for f in sorted(os.listdir(HERE)):
-        if f.endswith(".py"):
-            with open(os.path.join(HERE, f), "rb") as fh:
-                h.update(f.encode() + b"\0" + fh.read())
-    return os.path.join(root, h.hexdigest()[:16])
+    for f in CASE_SOURCES:
+        with open(os.path.join(HERE, f), "rb") as fh:
+            h.update(f.encode() + b"\0" + fh.read())
+    key = os.path.join(root, h.hexdigest()[:16])
+    prune_cache(root, key)
+    return key
+
+
+STALE_CACHE_S = 2 * 24 * 3600
+
+
+def prune_cache(root, key):
+    """Each change to these scripts makes a new key of about 4 GB; the keys
+    no run has used for two days are removed, so the cache holds what is in
+    use (other checkouts' keys included) and not every past edit."""
+    try:
+        os.makedirs(key, exist_ok=True)
+        os.utime(key)
+        now = time.time()
+        for k in os.listdir(root):
+            p = os.path.join(root, k)
+            if p != key and os.path.isdir(p) and now - os.path.getmtime(p) > STALE_CACHE_S:
+                shutil.rmtree(p, ignore_errors=True)
+    except OSError:
+        pass   # a read-only or missing cache is no error: it just is not kept
 
 
 def reference_case(name, tmp, keep):
