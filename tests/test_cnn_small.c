@@ -121,21 +121,6 @@ static void test_forward(lz_model *m)
     lz_free(x);
 }
 
-typedef struct trainer {
-    lz_model *m;
-    lz_sgd *opt;
-} trainer;
-
-static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
-{
-    trainer *t = ctx;
-    lz_sgd_zero_grad(t->opt);
-    lz_tensor *loss = lz_model_loss(t->m, in[0], in[1], 1);
-    if (!loss || lz_backward(loss) || lz_sgd_step(t->opt)) return -1;
-    out[0] = loss;
-    return 0;
-}
-
 /* Six captured steps on one batch, dropout off so the loss is a function of
    the weights alone: it must fall, and after the first (warm-up) call the
    five others run as one execution each and compile nothing: the warm-up
@@ -150,12 +135,12 @@ static void test_training(lz_model *m, const char *model)
     lz_tensor *ps[512];
     int n = lz_params_trainable_list(p, ps, 512);
     CHECK(n > 0 && n <= 512);
-    trainer t = {m, lz_sgd_new(ps, n, (lz_sgd_opts){.lr = 0.003f, .momentum = 0.9f})};
+    lz_test_trainer t = {m, lz_sgd_new(ps, n, (lz_sgd_opts){.lr = 0.003f, .momentum = 0.9f})};
     lz_model_set_dropout(m, 0);
     lz_tensor *x = lz_test_rand(11, -1, 1, s->input_ndim, s->input_shape);
     int64_t lab[2] = {3, 8};
     lz_tensor *y = lz_from_host(lab, LZ_I64, s->target_ndim, s->target_shape);
-    lz_fn *f = lz_capture(train_step, &t, 2, 1);
+    lz_fn *f = lz_capture(lz_test_sgd_step, &t, 2, 1);
     float loss[STEPS];
     lz_tensor *in[2] = {x, y};
     for (int i = 0; i < STEPS; i++) {

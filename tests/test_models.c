@@ -32,21 +32,6 @@
 #include "engine/cache.h"
 #include "zoo.h"
 
-typedef struct trainer {
-    lz_model *m;
-    lz_sgd *opt;
-} trainer;
-
-static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
-{
-    trainer *t = ctx;
-    lz_sgd_zero_grad(t->opt);
-    lz_tensor *loss = lz_model_loss(t->m, in[0], in[1], 1);
-    if (!loss || lz_backward(loss) || lz_sgd_step(t->opt)) return -1;
-    out[0] = loss;
-    return 0;
-}
-
 static lz_sgd *make_sgd(lz_model *m)
 {
     lz_params *p = lz_model_params(m);
@@ -60,11 +45,11 @@ static lz_sgd *make_sgd(lz_model *m)
 
 /* A lazy step: what the capture's warm-up would do, and the reference the
    captured steps continue from. */
-static float lazy_step(trainer *t, lz_tensor *x, lz_tensor *y)
+static float lazy_step(lz_test_trainer *t, lz_tensor *x, lz_tensor *y)
 {
     lz_tensor *in[2] = { x, y }, *out[1] = { NULL };
     lz_scope_begin();
-    int rc = train_step(t, in, out);
+    int rc = lz_test_sgd_step(t, in, out);
     lz_keep(out[0]);
     lz_scope_end();
     lz_mark_step();
@@ -178,7 +163,7 @@ static void test_model(const char *name)
     int diffs = check_listing(name, m);
     CHECK_EQ_I(diffs, 0);
 
-    trainer t = { m, make_sgd(m) };
+    lz_test_trainer t = { m, make_sgd(m) };
     CHECK(t.opt != NULL);
     lz_tensor *x, *y;
     make_batch(s, 1, &x, &y);
@@ -188,7 +173,7 @@ static void test_model(const char *name)
     lz_cache_clear();
     lz_wait();
     lz_metrics_reset();
-    lz_fn *f = lz_capture(train_step, &t, 2, 1);
+    lz_fn *f = lz_capture(lz_test_sgd_step, &t, 2, 1);
     float losses[CAPTURED_STEPS];
     int bad_exec = 0;
     for (int step = 0; step < CAPTURED_STEPS; step++) {
@@ -271,13 +256,13 @@ static int run_sgd(const char *name, const char *weights, const char *inputs, co
         lz_model_free(m);
         return 1;
     }
-    trainer t = { m, make_sgd(m) };
+    lz_test_trainer t = { m, make_sgd(m) };
     int rc = 0;
     float loss = lazy_step(&t, x, y);
     printf("step 0 loss %.9g\n", loss);
     if (!isfinite(loss)) rc = 1;
     if (!rc && save == 1 && (lz_wait() || lz_safetensors_save(out, lz_model_params(m)))) rc = 1;
-    lz_fn *f = lz_capture(train_step, &t, 2, 1);
+    lz_fn *f = lz_capture(lz_test_sgd_step, &t, 2, 1);
     for (int step = 1; step < steps && !rc; step++) {
         if (all_lazy) {
             loss = lazy_step(&t, x, y);

@@ -177,21 +177,6 @@ static void test_forward_and_grads(const char *name)
     lz_model_free(m);
 }
 
-typedef struct trainer {
-    lz_model *m;
-    lz_sgd *opt;
-} trainer;
-
-static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
-{
-    trainer *t = ctx;
-    lz_sgd_zero_grad(t->opt);
-    lz_tensor *loss = lz_model_loss(t->m, in[0], in[1], 1);
-    if (!loss || lz_backward(loss) || lz_sgd_step(t->opt)) return -1;
-    out[0] = loss;
-    return 0;
-}
-
 /* Five SGD-momentum steps on one batch, captured, and the first lazy_steps
    of them lazily from a fresh model with the same seed: the loss falls,
    each captured call after the first runs as one execution, and both modes
@@ -202,7 +187,7 @@ static void test_training(const char *name, float lr, int lazy_steps)
     float lazy[STEPS], captured[STEPS];
     for (int mode = 0; mode < 2; mode++) {
         int steps = mode ? STEPS : lazy_steps;
-        trainer t = {lz_model_new(name, "smoke", 5), NULL};
+        lz_test_trainer t = {lz_model_new(name, "smoke", 5), NULL};
         CHECK(t.m != NULL);
         if (!t.m) return;
         lz_model_set_dropout(t.m, 0);
@@ -216,7 +201,7 @@ static void test_training(const char *name, float lr, int lazy_steps)
         lz_tensor *x = make_input(s, 21), *y = make_target(s, 21);
         lz_tensor *in[2] = {x, y};
         float *losses = mode ? captured : lazy;
-        lz_fn *f = mode ? lz_capture(train_step, &t, 2, 1) : NULL;
+        lz_fn *f = mode ? lz_capture(lz_test_sgd_step, &t, 2, 1) : NULL;
         lz_wait();
         lz_metrics start = lz_metrics_get(), before = start;
         for (int k = 0; k < steps; k++) {
@@ -229,7 +214,7 @@ static void test_training(const char *name, float lr, int lazy_steps)
                 CHECK_EQ_I(lz_call(f, in, out), 0);
             } else {
                 lz_scope_begin();
-                CHECK_EQ_I(train_step(&t, in, out), 0);
+                CHECK_EQ_I(lz_test_sgd_step(&t, in, out), 0);
                 lz_keep(out[0]);
                 lz_scope_end();
                 lz_mark_step();

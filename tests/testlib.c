@@ -166,3 +166,13 @@ void lz_test_reblock(const float *from, float *to, const int64_t *shape, int b, 
                 else to[plain] = from[blocked];
             }
 }
+
+int lz_test_sgd_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    lz_test_trainer *t = ctx;
+    lz_sgd_zero_grad(t->opt);
+    lz_tensor *loss = lz_model_loss(t->m, in[0], in[1], 1);
+    if (!loss || lz_backward(loss) || lz_sgd_step(t->opt)) return -1;
+    out[0] = loss;
+    return 0;
+}

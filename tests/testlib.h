@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include "lazyc.h"
+#include "lazyc_nn.h"
 
 extern int lz_test_passed, lz_test_failed;
 
@@ -46,7 +47,6 @@ float lz_test_lazy_step(lz_step_fn fn, void *ctx, int step, int64_t b, int64_t i
    else back. C must be a multiple of b. */
 void lz_test_reblock(const float *from, float *to, const int64_t *shape, int b, int to_blocked);
 
-#endif
 
 /* Gradient check by central finite differences. f builds an output from
    the inputs; the check compares d(sum(f(in) * w))/d(in[i]) from
@@ -56,3 +56,14 @@ void lz_test_reblock(const float *from, float *to, const int64_t *shape, int b, 
    error (max-abs error over max-abs gradient), or INFINITY on an error. */
 typedef lz_tensor *(*lz_test_fn)(void *ctx, lz_tensor *const *in);
 double lz_test_gradcheck(lz_test_fn f, void *ctx, int n_in, lz_tensor *const *in);
+
+/* A zoo model and its SGD optimizer, and the training step the model tests
+   capture: zero_grad, the model's training loss on (in[0], in[1]), backward,
+   the SGD step; out[0] is the loss. */
+typedef struct lz_test_trainer {
+    lz_model *m;
+    lz_sgd *opt;
+} lz_test_trainer;
+int lz_test_sgd_step(void *ctx, lz_tensor *const *in, lz_tensor **out);
+
+#endif
