@@ -7,12 +7,10 @@
 # usage: test_cli_unix.sh LAZYC
 set -u
 lazyc="$1"
+. "$(dirname "$0")/check.sh"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-passed=0
-failed=0
-check() { if eval "$2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1" >&2; fi; }
 
 "$lazyc" --help >out 2>err
 check "lazyc --help exits 0 and prints to stdout" '[ $? -eq 0 ] && grep -q "^usage: lazyc" out && [ ! -s err ]'
@@ -95,5 +93,4 @@ else
         '[ $? -eq 0 ] && ! awk "length(\$0) >= 80 { exit 1 }" log.out && ! grep -Eqi "loss -?nan" log.out'
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+check_done

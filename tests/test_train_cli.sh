@@ -8,9 +8,7 @@ lazyc="$1"
 . "$(dirname "$0")/require_fmnist.sh" test_train_cli
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-check() { if eval "$2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1" >&2; fi; }
+. "$(dirname "$0")/check.sh"
 
 # 1 epoch on 10,000 images, tested on 2,000: 75% cannot happen by chance
 "$lazyc" train --data fashion-mnist --epochs 1 --train-limit 10000 --test-limit 2000 \
@@ -71,5 +69,4 @@ check "a corrupt image file exits 2" '[ $? -eq 2 ] && grep -q "magic" "$tmp/err"
 "$lazyc" train --data fashion-mnist --epochs 0 >"$tmp/err" 2>&1
 check "a bad option exits 2" '[ $? -eq 2 ]'
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+check_done

@@ -23,12 +23,10 @@ if [ -z "$py" ]; then
     echo "SKIPPED: test_train_trust: needs python3 to read JSON and checkpoints"
     exit 77
 fi
+. "$(dirname "$0")/check.sh"
 tmp="$(mktemp -d)"
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-passed=0
-failed=0
-check() { if eval "$2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1" >&2; fi; }
 
 # strict JSON (NaN and Infinity refused); prints the value of a Python
 # expression over the object `j`
@@ -219,5 +217,4 @@ else
         '[ $? -eq 2 ] && grep -q "ro/s.json: cannot create a file beside it: Permission denied" "$tmp/log" && ! grep -q "^epoch" "$tmp/log"'
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+check_done
