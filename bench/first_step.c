@@ -77,7 +77,11 @@ static int run(const char *name, const char *size, long steps)
     t0 = now_ms();
     if (step(m, opt, x, y)) return -1;
     double first = now_ms() - t0;
-    double compile = lz_metrics_get().compile_ms;
+    lz_metrics mf = lz_metrics_get();
+    double compile = mf.compile_ms;
+    if (getenv("FIRST_STEP_DETAIL"))
+        fprintf(stderr, "%s first: trace %.1f compile %.1f execute %.1f wait %.1f ms\n", name,
+                mf.trace_ms, mf.compile_ms, mf.execute_ms, mf.wait_ms);
     if (steps < 1) steps = 0;
     double *ms = calloc((size_t)(steps > 0 ? steps : 1), sizeof *ms);
     if (!ms) return -1;
@@ -85,6 +89,11 @@ static int run(const char *name, const char *size, long steps)
         t0 = now_ms();
         if (step(m, opt, x, y)) return -1;
         ms[i] = now_ms() - t0;
+        if (getenv("FIRST_STEP_DETAIL") && i == 0) {
+            lz_metrics ms1 = lz_metrics_get();
+            fprintf(stderr, "%s second: trace %.1f compile %.1f execute %.1f wait %.1f ms (cumulative)\n",
+                    name, ms1.trace_ms, ms1.compile_ms, ms1.execute_ms, ms1.wait_ms);
+        }
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     double steady = steps > 0 ? ms[steps / 2] : 0;

@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #include "base/fault.h"
 #include "base/settings.h"
@@ -57,25 +56,6 @@ static void unlink_block(block *b)
     cached -= b->size;
 }
 
-/* A fresh large block faults its pages in at first touch (a model's
-   parameters, an arena's first execution): in 2 MiB pages that is one
-   fault where 4 KiB pages take 512. Only the whole huge pages inside the
-   block are advised, so it holds no more memory than it is used for; where
-   the kernel keeps transparent huge pages off, the advice is ignored. */
-enum { HUGE_PAGE = 2 << 20 };
-
-static void advise_huge(void *p, size_t size)
-{
-#ifdef MADV_HUGEPAGE
-    uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-    uintptr_t hi = ((uintptr_t)p + size) & ~(uintptr_t)(HUGE_PAGE - 1);
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)size;
-#endif
-}
-
 void *lz_pool_alloc(size_t nbytes)
 {
     if (lz_fault_hit(LZ_FAULT_ALLOC)) return NULL;
@@ -88,9 +68,7 @@ void *lz_pool_alloc(size_t nbytes)
         return b;
     }
     pthread_mutex_unlock(&mu);
-    void *p = aligned_alloc(64, size);
-    if (p) advise_huge(p, size);
-    return p;
+    return aligned_alloc(64, size);
 }
 
 void lz_pool_free(void *p, size_t nbytes)
