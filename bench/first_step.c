@@ -48,6 +48,22 @@ static int step(lz_model *m, lz_sgd *opt, lz_tensor *x, lz_tensor *y)
     return rc;
 }
 
+/* With FIRST_STEP_DETAIL set: the kernel time by op of the step just run
+   (the profile is on for every step then). */
+static void print_profile(const char *name, const char *which)
+{
+    if (!getenv("FIRST_STEP_DETAIL")) return;
+    lz_profile_entry e[64];
+    int n = lz_profile_read(e, 64);
+    double total = 0;
+    for (int i = 0; i < n && i < 64; i++) total += e[i].ms;
+    fprintf(stderr, "%s %s step: %.1f ms in kernels\n", name, which, total);
+    for (int i = 0; i < n && i < 12; i++)
+        fprintf(stderr, "    %-26s %-6s %6lld calls %9.2f ms\n", e[i].op, e[i].library ? "oneDNN" : "lazyc",
+                (long long)e[i].calls, e[i].ms);
+    lz_profile_reset();
+}
+
 static int run(const char *name, const char *size, long steps)
 {
     lz_metrics_reset();
@@ -74,9 +90,12 @@ static int run(const char *name, const char *size, long steps)
     lz_tensor *y = lz_zeros(LZ_I64, s->target_ndim, s->target_shape);
     if (!opt || !x || !y) return -1;
     lz_metrics_reset();
+    lz_profile_enable(getenv("FIRST_STEP_DETAIL") != NULL);
+    lz_profile_reset();
     t0 = now_ms();
     if (step(m, opt, x, y)) return -1;
     double first = now_ms() - t0;
+    print_profile(name, "first");
     lz_metrics mf = lz_metrics_get();
     double compile = mf.compile_ms;
     if (getenv("FIRST_STEP_DETAIL"))
@@ -89,6 +108,7 @@ static int run(const char *name, const char *size, long steps)
         t0 = now_ms();
         if (step(m, opt, x, y)) return -1;
         ms[i] = now_ms() - t0;
+        print_profile(name, "next");
         if (getenv("FIRST_STEP_DETAIL") && i == 0) {
             lz_metrics ms1 = lz_metrics_get();
             fprintf(stderr, "%s second: trace %.1f compile %.1f execute %.1f wait %.1f ms (cumulative)\n",
