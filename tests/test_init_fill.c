@@ -4,13 +4,17 @@
  * blocks and the vector loop in different places; the moments are those of
  * uniform [a, b) and normal(a, b); two models built from one seed hold the
  * same parameters and another seed changes them; bad arguments are errors
- * naming the call. */
+ * naming the call. The fill's parallel region parks the idle OpenMP
+ * workers (runtime/omp_quiet.c) before any execution ran, and lz_shutdown
+ * still stops them. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lazyc_nn.h"
+#include "runtime/executor.h"
+#include "runtime/omp_quiet.h"
 #include "testlib.h"
 
 static float *draw(int threads, uint64_t seed, int dist, float a, float b, int64_t n)
@@ -134,6 +138,11 @@ int main(void)
     test_moments();
     test_models_reproducible();
     test_errors();
+    /* no step ran: the executor never started, the parked team did */
+    CHECK_EQ_I(lz_executor_in_flight(), 0);
+    if (lz_omp_quiet_workers() == 0)
+        printf("note: no parked OpenMP workers (OMP_WAIT_POLICY set, or one CPU)\n");
     lz_shutdown();
+    CHECK_EQ_I(lz_omp_quiet_workers(), 0);
     return lz_test_done();
 }
