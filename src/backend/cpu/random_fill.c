@@ -14,7 +14,9 @@
 #include "backend/cpu/rng_bits.h"
 #include "backend/cpu/vec_math.h"
 
-enum { BLOCK = 1 << 14 };   /* elements: 64 KiB of floats, a team-sized share of even small tensors */
+/* elements (64 KiB of floats): large enough to amortise the loop, small
+   enough that a tensor of a few blocks still splits over the team */
+enum { BLOCK = 1 << 14 };
 
 /* log(u) for u in [2^-24, 1] (normal floats), FreeBSD's logf reduction
    and polynomial: about 1 ulp. */

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 /* dst[i] for i < n from (seed, i) alone: dist 0 uniform in [a, b) from 24
-   random bits, dist 1 normal with mean a and standard deviation b (Box-Muller
+   random bits (a + (b - a) u rounds to b at worst), dist 1 normal with mean a and standard deviation b (Box-Muller
    on two 24-bit uniforms, so |x - a| <= 5.77 b). The numbers do not depend
    on the thread count: work is cut into fixed blocks, each computed whole
    by one thread. */
