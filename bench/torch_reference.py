@@ -18,7 +18,11 @@ threads; warm-up steps first, then the median of the timed steps.
 Prints exactly one JSON line on stdout:
 
     {"model": M, "torch_ms": F, "steps_ms": [F, ...], "peak_bytes": N, "params": N,
-     "blas": PATH, "blas_gflops": F}
+     "blas": PATH, "blas_gflops": F, "build_ms": F, "first_ms": F}
+
+build_ms is the model's construction (parameter initialisation) and the
+optimizer's, first_ms the first training step (warm-up or not): PyTorch's
+side of the time to first step.
 
 peak_bytes is the resident-set growth of the training: VmHWM after the
 last step minus VmRSS before the model was built (the high-water mark is
@@ -140,10 +144,12 @@ def run(args):
 
     reset_hwm()
     rss_before = status_kib("VmRSS")
+    t_build = time.perf_counter()
     model = build_model(args.model, args.size, args.input, args.classes)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    build_ms = (time.perf_counter() - t_build) * 1e3
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -153,7 +159,7 @@ def run(args):
         opt.step()
         return loss
 
-    times = []
+    times, first_ms = [], None
     for i in range(args.warmup + args.steps):
         timed = i >= args.warmup
         print(f"  torch {args.model}: {'step' if timed else 'warm-up'} "
@@ -161,6 +167,8 @@ def run(args):
         t0 = time.perf_counter()
         loss = step()
         t1 = time.perf_counter()
+        if first_ms is None:
+            first_ms = (t1 - t0) * 1e3
         if timed:
             times.append((t1 - t0) * 1e3)
     if not torch.isfinite(loss).item():
@@ -171,7 +179,8 @@ def run(args):
     median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
     blas, blas_gflops = blas_probe(torch)
     return {"model": args.model, "torch_ms": median, "steps_ms": times, "peak_bytes": peak,
-            "params": sum(p.numel() for p in params), "blas": blas, "blas_gflops": blas_gflops}
+            "params": sum(p.numel() for p in params), "blas": blas, "blas_gflops": blas_gflops,
+            "build_ms": build_ms, "first_ms": first_ms}
 
 
 def main():

@@ -64,6 +64,13 @@ typedef enum { LZ_F32, LZ_I64, LZ_I32 } lz_dtype;
 /* Copies data (row-major) to a new device buffer: a data leaf. */
 LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
 LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
+/* f32 data drawn on the host, in parallel, from a counter-based generator:
+   element i depends on (seed, i) alone, never on the thread count. dist 0:
+   uniform in [a, b) (24 random bits; f32 rounding may give b); dist 1:
+   normal with mean a and standard deviation b (|x - a| <= 5.77 b). The
+   initialisers of lazyc_nn.h use it; lz_rand draws in the graph instead. */
+LZ_API lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim,
+                                 const int64_t *shape);
 /* A tensor filled with value, as data (never a constant in the graph). */
 LZ_API lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
 /* 0-d f32 data: a new value never recompiles a lazy step. Made inside a

@@ -113,6 +113,6 @@ int lz_zoo_build_bert(lz_model *m, const char *name, int bench_size, uint64_t se
     m->spec = (lz_model_spec){.name = name, .input_ndim = 2, .input_shape = {batch, b->seq},
                               .input_dtype = LZ_I64, .target_ndim = 2,
                               .target_shape = {batch, b->seq}, .num_classes = b->vocab};
-    lz_init_rng r = {seed ? seed : 0x9E3779B97F4A7C15ull};   /* xorshift must not start at 0 */
+    lz_init_rng r = {seed ? seed : 0x9E3779B97F4A7C15ull};   /* seed 0 means the default seed */
     return add_params(m->params, &r, b);
 }

@@ -12,7 +12,7 @@
 void lz_layer_ctx_init(lz_layer_ctx *c, lz_params *p, uint64_t seed)
 {
     c->params = p;
-    c->rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;  /* xorshift must not start at 0 */
+    c->rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;  /* seed 0 means the default seed */
     c->conv_init = LZ_INIT_TORCH_DEFAULT;
     c->linear_init = LZ_INIT_TORCH_DEFAULT;
     c->failed = 0;

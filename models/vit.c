@@ -119,6 +119,6 @@ int lz_zoo_build_vit(lz_model *m, const char *name, int bench_size, uint64_t see
     m->spec = (lz_model_spec){.name = name, .input_ndim = 4,
                               .input_shape = {batch, 3, v->image, v->image}, .input_dtype = LZ_F32,
                               .target_ndim = 1, .target_shape = {batch}, .num_classes = v->classes};
-    lz_init_rng r = {seed ? seed : 0x9E3779B97F4A7C15ull};   /* xorshift must not start at 0 */
+    lz_init_rng r = {seed ? seed : 0x9E3779B97F4A7C15ull};   /* seed 0 means the default seed */
     return add_params(m->params, &r, v);
 }

@@ -2,6 +2,7 @@
 # `lazyc bench`: one small run with --json must print one JSON object on
 # stdout with issue 5's keys, captured mode must run one execution per step
 # with no compile after warm-up, --profile must print the kernel time by op,
+# the time to first step must be in the JSON, CSV and markdown,
 # the output folder must get its four files,
 # and bad options must exit 2. With CI=true the PyTorch column must be
 # filled (the reference is installed there).
@@ -43,6 +44,7 @@ for r in rows:
     if missing:
         problems.append(f"row lacks {missing}")
         continue
+    torch = r["torch_ms"]
     if r["model"] != "resnet18":
         problems.append(f"model is {r['model']!r}")
     for k in ("eager_ms", "lazy_ms", "captured_ms"):
@@ -58,7 +60,17 @@ for r in rows:
         problems.append(f"kernels_per_step is {r.get('kernels_per_step')!r}")
     if not (isinstance(r["gflops"], (int, float)) and r["gflops"] > 0):
         problems.append(f"gflops is {r['gflops']!r}")
-    torch = r["torch_ms"]
+    # time to first step: the first instance's build and first step, and
+    # the compile inside that step (its graphs were not cached before)
+    for k in ("build_ms", "first_step_ms", "first_compile_ms", "first_vs_steady"):
+        if not (isinstance(r.get(k), (int, float)) and r[k] > 0 and math.isfinite(r[k])):
+            problems.append(f"{k} is {r.get(k)!r}")
+    if isinstance(r.get("first_step_ms"), (int, float)) and isinstance(r.get("first_compile_ms"), (int, float)) \
+            and r["first_compile_ms"] > r["first_step_ms"]:
+        problems.append("the first step's compile time exceeds the step")
+    for k in ("torch_build_ms", "torch_first_step_ms"):
+        if torch is not None and r.get(k) is None:
+            problems.append(f"{k} is null while torch_ms is {torch!r}")
     if torch is None:
         if os.environ.get("CI") == "true":
             problems.append("torch_ms is null, and CI=true requires the PyTorch reference")
@@ -81,6 +93,9 @@ for f in bench.csv bench.md bench.json bench.svg; do
 done
 grep -q '^resnet18,' "$tmp/out/bench.csv" || fail "bench.csv has no resnet18 row"
 grep -q '^geometric_mean,' "$tmp/out/bench.csv" || fail "bench.csv has no geometric-mean row"
+head -1 "$tmp/out/bench.csv" | grep -q ',build_ms,first_step_ms,first_compile_ms,' \
+  || fail "bench.csv has no time-to-first-step columns"
+grep -q '^## Time to first step' "$tmp/out/bench.md" || fail "bench.md has no time-to-first-step table"
 grep -q '<svg' "$tmp/out/bench.svg" || fail "bench.svg is not SVG"
 
 # usage errors: exit status 2, a message on stderr, nothing run

@@ -2,7 +2,8 @@
  * runs the models; bench_timing.c times lazyc's three modes of one model,
  * bench_torch.c runs the PyTorch reference (bench/torch_reference.py),
  * bench_peak.c measures the fp32 peak, bench_report.c writes the table,
- * CSV, markdown and JSON, bench_svg.c the bar chart. */
+ * CSV, markdown and JSON (bench_first.c their time-to-first-step part),
+ * bench_svg.c the bar chart. */
 #ifndef LZ_BENCH_H
 #define LZ_BENCH_H
 
@@ -44,6 +45,11 @@ typedef struct bench_row {
     double torch_blas_gflops;     /* PyTorch's BLAS on a 512^3 sgemm; <= 0: unknown */
     char torch_blas[128];         /* the library file it reached */
     char note[160];               /* why something is missing, or "" */
+    /* time to first step (bench_first.c), < 0 when not measured: the first
+       lazyc instance's model build and its first step (trace, compile,
+       first execution) with the compile time in it; PyTorch's model build
+       and first step */
+    double build_ms, first_ms, first_compile_ms, torch_build_ms, torch_first_ms;
 } bench_row;
 
 typedef struct bench_table {
@@ -84,6 +90,12 @@ double bench_ratio(double num_ms, double den_ms);   /* den/num: speedup of num *
 const char *bench_blas_warning(const bench_table *t, char *buf, size_t cap);
 
 void bench_print_table(FILE *f, const bench_table *t);
+/* The time-to-first-step table under the main one, and its CSV and JSON
+   fields (bench_first.c). */
+void bench_print_first_table(FILE *f, const bench_table *t, int markdown);
+void bench_first_csv_head(FILE *f);
+void bench_first_csv_row(FILE *f, const bench_row *r);
+void bench_first_json(FILE *f, const bench_row *r);
 int  bench_write_csv(const char *path, const bench_table *t);
 int  bench_write_markdown(const char *path, const bench_table *t);
 void bench_print_json(FILE *f, const bench_table *t);

@@ -157,6 +157,7 @@ void bench_print_table(FILE *f, const bench_table *t)
         }
         fprintf(f, "\n");
     }
+    bench_print_first_table(f, t, 0);
     if (t->peak_gflops > 0)
         fprintf(f, "\nfp32 peak (2048^3 sgemm, this run): %.1f GFLOP/s\n", t->peak_gflops);
     else
@@ -179,7 +180,9 @@ int bench_write_csv(const char *path, const bench_table *t)
     fprintf(f, "model,params");
     for (int c = 0; c < N_COLS; c++)
         fprintf(f, ",%s", csv_heads[c]);
-    fprintf(f, ",eager_executions_per_step,lazy_executions_per_step,note\n");
+    fprintf(f, ",eager_executions_per_step,lazy_executions_per_step");
+    bench_first_csv_head(f);
+    fprintf(f, ",note\n");
     for (int i = 0; i <= t->n; i++) {
         const bench_row *r = i < t->n ? &t->rows[i] : NULL;
         if (r)
@@ -199,6 +202,7 @@ int bench_write_csv(const char *path, const bench_table *t)
                 fprintf(f, ",%.6g", r->mode[md].executions_per_step);
             else
                 fprintf(f, ",");
+        bench_first_csv_row(f, r);
         /* notes are free text: quote them, doubling quotes */
         fprintf(f, ",\"");
         for (const char *p = r ? r->note : ""; *p; p++)
@@ -240,6 +244,7 @@ int bench_write_markdown(const char *path, const bench_table *t)
         }
         fprintf(f, "\n");
     }
+    bench_print_first_table(f, t, 1);
     if (t->peak_gflops > 0)
         fprintf(f, "\nfp32 peak (2048^3 sgemm, this run): %.1f GFLOP/s\n", t->peak_gflops);
     fprintf(f, "\n%s\n", flops_note);
@@ -309,6 +314,7 @@ void bench_print_json(FILE *f, const bench_table *t)
             snprintf(key, sizeof key, "%s_executions_per_step", bench_mode_names[md]);
             json_num(f, key, r->mode[md].ms > 0 ? r->mode[md].executions_per_step : NAN, "%.6g");
         }
+        bench_first_json(f, r);
         fprintf(f, "}");
     }
     fprintf(f, "%s]}\n", t->n ? "\n" : "");

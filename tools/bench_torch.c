@@ -112,6 +112,7 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
 {
     row->torch_ms = -1;
     row->torch_peak_bytes = -1;
+    row->torch_build_ms = row->torch_first_ms = -1;
     if (!*available)
         return;
     const char *py = lz_setting("LZ_TORCH_PYTHON");
@@ -176,6 +177,10 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
         if (json_field(last, "blas_gflops", &v, NULL, 0) == 0)
             row->torch_blas_gflops = v;
         json_field(last, "blas", NULL, row->torch_blas, sizeof row->torch_blas);
+        if (json_field(last, "build_ms", &v, NULL, 0) == 0 && v > 0)
+            row->torch_build_ms = v;
+        if (json_field(last, "first_ms", &v, NULL, 0) == 0 && v > 0)
+            row->torch_first_ms = v;
     } else {
         fprintf(stderr, "lazyc bench: the PyTorch reference for %s printed no result "
                         "(exit status %d)\n", spec->name, status);

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/random_fill.h"
 #include "base/error.h"
 #include "base/metrics.h"
 #include "base/thread.h"
@@ -12,6 +13,7 @@
 #include "engine/step.h"
 #include "engine/tensor.h"
 #include "runtime/executor.h"
+#include "runtime/omp_quiet.h"
 
 /* The engine starts the backend: the first tensor made from data registers
    the CPU backend, unless a program or test registered another before.
@@ -82,6 +84,24 @@ lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
         else ((int32_t *)b->data)[i] = (int32_t)value;
     }
     lz_capture_note_host_data(t, "lz_full");
+    return t;
+}
+
+lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim, const int64_t *shape)
+{
+    if (dist != 0 && dist != 1)
+        return lz_errorf("lz_from_random: dist %d is neither 0 (uniform) nor 1 (normal)", dist);
+    if (!isfinite(a) || !isfinite(b))
+        return lz_errorf("lz_from_random: parameters %g and %g must be finite", (double)a, (double)b);
+    lz_buffer *bf;
+    lz_tensor *t = new_data("lz_from_random", LZ_F32, ndim, shape, &bf);
+    if (!t) return NULL;
+    /* the fill runs a parallel region on this thread: its workers must
+       sleep, not spin, between the parameters of a model */
+    lz_omp_quiet_start();
+    lz_cpu_fill_random(bf->data, (int64_t)(bf->nbytes / sizeof(float)), seed, dist, a, b);
+    lz_counters.transfers_to_device++;
+    lz_capture_note_host_data(t, "lz_from_random");
     return t;
 }
 

@@ -289,7 +289,11 @@ int lz_executor_in_flight(void)
 
 void lz_executor_shutdown(void)
 {
-    if (!running) return;
+    if (!running) {
+        /* lz_from_random starts the parked team before any execution */
+        lz_omp_quiet_stop();
+        return;
+    }
     pthread_mutex_lock(&mu);
     stopping = 1;
     pthread_cond_signal(&work_cv);

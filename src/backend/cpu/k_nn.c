@@ -8,6 +8,7 @@
 
 #include "backend/cpu/activation.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/rng_bits.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -115,19 +116,8 @@ static const char *k_embedding_grad(const lz_program *p, const lz_instr *s, void
 
 /* ---- random numbers ----------------------------------------------------------- */
 
-/* splitmix64's finaliser: a bijection of 64-bit words whose outputs on
-   consecutive inputs pass BigCrush */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
 /* A random step's stream: its (seed, counter) inputs, the seed mixed into
-   a key, so nearby seeds give unrelated streams. */
+   a key. */
 typedef struct rng_stream { uint64_t key, counter; } rng_stream;
 
 static rng_stream stream_of(const lz_instr *s, void *const *ptrs)
@@ -135,14 +125,10 @@ static rng_stream stream_of(const lz_instr *s, void *const *ptrs)
     uint64_t seed, counter;
     memcpy(&seed, ptrs[s->in[0]], sizeof seed);
     memcpy(&counter, ptrs[s->in[1]], sizeof counter);
-    return (rng_stream){mix64(seed ^ 0x6A09E667F3BCC909ull), counter};
+    return (rng_stream){lz_rng_key(seed), counter};
 }
 
-/* 64 random bits for element i: splitmix64's stream at counter + i + 1 */
-static inline uint64_t stream_bits(rng_stream r, int64_t i)
-{
-    return mix64(r.key + (r.counter + (uint64_t)i + 1) * GOLDEN);
-}
+static inline uint64_t stream_bits(rng_stream r, int64_t i) { return lz_rng_bits(r.key, r.counter, i); }
 
 /* (seed, counter) -> element i is 0 with probability p (to 2^-32) and
    1/(1-p) otherwise, drawn from (seed, counter + i) alone. */
