@@ -1,6 +1,6 @@
 /* Data-parallel scaling of the bench-size models, in one run:
  *
- *   bench_dist [--models resnet18,bert] [--steps N] [--json FILE]
+ *   bench_dist [--models resnet18,BERT_pytorch] [--steps N] [--json FILE]
  *
  * runs each model's captured SGD training step at its bench-size global
  * batch four ways (each a fresh process, started by this one):
@@ -200,14 +200,14 @@ static void run_config(const char *self, const char *model, int steps, int ranks
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--worker")) return run_worker(argv[2], atoi(argv[3]));
-    const char *models = "resnet18,bert", *json = NULL;
+    const char *models = "resnet18,BERT_pytorch", *json = NULL;
     int steps = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_dist [--models resnet18,bert] [--steps N] [--json FILE]\n");
+            fprintf(stderr, "usage: bench_dist [--models resnet18,BERT_pytorch] [--steps N] [--json FILE]\n");
             return 2;
         }
     }
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench size, captured SGD step, global batch split over the ranks; %d timed steps each\n", steps);
-    printf("%-9s %-22s %9s %8s %6s %6s %9s %9s %8s\n", "model", "run", "img/s", "step ms", "execs", "compil",
+    printf("%-12s %-22s %9s %8s %6s %6s %9s %9s %8s\n", "model", "run", "img/s", "step ms", "execs", "compil",
            "comm ms", "hidden", "eff.");
     int failed = 0;
     char list[256];
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
                 snprintf(hidden, sizeof hidden, "%.0f%%", 100.0 * (1 - r[c].blocked_ms / r[c].comm_ms));
             if (r[0].ok && r[0].ips > 0)
                 snprintf(eff, sizeof eff, "%.0f%%", 100.0 * r[c].ips / (cfg[c].ranks * cfg[c].threads * r[0].ips));
-            printf("%-9s %-22s %9.2f %8.1f %6.2f %6lld %9.1f %9s %8s\n", m, cfg[c].what, r[c].ips, r[c].step_ms,
+            printf("%-12s %-22s %9.2f %8.1f %6.2f %6lld %9.1f %9s %8s\n", m, cfg[c].what, r[c].ips, r[c].step_ms,
                    (double)r[c].executions / steps, r[c].compiles, r[c].comm_ms / steps, hidden, eff);
             fflush(stdout);
             if (jf) fprintf(jf, "%s", r[c].json);
