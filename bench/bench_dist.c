@@ -225,8 +225,8 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench size, captured SGD step, global batch split over the ranks; %d timed steps each\n", steps);
-    printf("%-12s %-22s %9s %8s %6s %6s %9s %9s %8s\n", "model", "run", "img/s", "step ms", "execs", "compil",
-           "comm ms", "hidden", "eff.");
+    printf("%-12s %-22s %9s %8s %6s %6s %8s %8s %7s %6s\n", "model", "run", "img/s", "step ms", "execs", "compil",
+           "comm ms", "blocked", "hidden", "eff.");
     int failed = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", models);
@@ -245,14 +245,16 @@ int main(int argc, char **argv)
                 snprintf(hidden, sizeof hidden, "%.0f%%", 100.0 * (1 - r[c].blocked_ms / r[c].comm_ms));
             if (r[0].ok && r[0].ips > 0)
                 snprintf(eff, sizeof eff, "%.0f%%", 100.0 * r[c].ips / (cfg[c].ranks * cfg[c].threads * r[0].ips));
-            printf("%-12s %-22s %9.2f %8.1f %6.2f %6lld %9.1f %9s %8s\n", m, cfg[c].what, r[c].ips, r[c].step_ms,
-                   (double)r[c].executions / steps, r[c].compiles, r[c].comm_ms / steps, hidden, eff);
+            printf("%-12s %-22s %9.2f %8.1f %6.2f %6lld %8.1f %8.1f %7s %6s\n", m, cfg[c].what, r[c].ips,
+                   r[c].step_ms, (double)r[c].executions / steps, r[c].compiles, r[c].comm_ms / steps,
+                   r[c].blocked_ms / steps, hidden, eff);
             fflush(stdout);
             if (jf) fprintf(jf, "%s", r[c].json);
         }
     }
-    printf("eff.: img/s over (ranks x threads) x the 1-rank-1-thread img/s; comm ms: per step, each all-reduce\n"
-           "from its start to its completion; hidden: the part of it that ran under other kernels\n");
+    printf("eff.: img/s over (ranks x threads) x the 1-rank-1-thread img/s. Per step: comm ms, each all-reduce\n"
+           "from its start to its completion (summed); blocked, the part the step waited for it; hidden, the rest\n"
+           "(it ran under other kernels)\n");
     if (jf) fclose(jf);
     return failed;
 }

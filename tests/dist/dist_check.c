@@ -11,6 +11,8 @@
  *   dist_check stuck     rank 1 stops communicating (sleeps): rank 0's step
  *                        fails after LZ_DIST_TIMEOUT naming the timeout.
  *   dist_check die       rank 1 kills itself at step 3: mpirun ends the job.
+ *   dist_check fail      trains until a step fails (the test injects a
+ *                        kernel fault into one rank), then exits 1.
  * Exit status 0 when every check held. */
 #include <math.h>
 #include <signal.h>
@@ -207,6 +209,9 @@ int main(int argc, char **argv)
         else expect_failure(rank, 24, "no answer from the other ranks within", -1);
         /* a real program stops here; mpirun ends the sleeping rank */
         return lz_test_done() ? 1 : 3;
+    } else if (!strcmp(mode, "fail")) {
+        expect_failure(rank, 24, "", -1);
+        return 1;
     } else if (!strcmp(mode, "die")) {
         expect_failure(rank, 24, "", rank == 1 ? 3 : -1);
         return 1;
