@@ -132,10 +132,12 @@ static int run_worker(const char *name, int steps)
     if (rank == 0)
         printf("{\"model\": \"%s\", \"ranks\": %d, \"global_batch\": %lld, \"steps\": %d, "
                "\"step_ms\": %.2f, \"images_per_s\": %.3f, \"executions\": %lld, \"compiles\": %lld, "
-               "\"all_reduces\": %lld, \"reduced_mib\": %.1f, \"comm_ms\": %.2f, \"blocked_ms\": %.2f}\n",
+               "\"all_reduces\": %lld, \"reduced_mib\": %.1f, \"comm_ms\": %.2f, \"blocked_ms\": %.2f, "
+               "\"kernels\": %lld, \"overlapped_kernels\": %lld}\n",
                name, size, (long long)global, steps, ms / steps, 1000.0 * (double)(global * steps) / ms,
                (long long)mt.executions, (long long)mt.compiles, (long long)ds.all_reduces,
-               (double)ds.bytes / (1 << 20), ds.comm_ms, ds.wait_ms);
+               (double)ds.bytes / (1 << 20), ds.comm_ms, ds.wait_ms, (long long)mt.kernels,
+               (long long)ds.overlapped_kernels);
     fflush(stdout);
     lz_fn_free(f);
     lz_free(x);
@@ -152,7 +154,7 @@ static int run_worker(const char *name, int steps)
 typedef struct result {
     int ok;
     double ips, step_ms, comm_ms, blocked_ms, reduced_mib;
-    long long executions, compiles, all_reduces;
+    long long executions, compiles, all_reduces, kernels, overlapped;
     char json[1024];
 } result;
 
@@ -195,6 +197,8 @@ static void run_config(const char *self, const char *model, int steps, int ranks
     r->executions = (long long)field(r->json, "executions");
     r->compiles = (long long)field(r->json, "compiles");
     r->all_reduces = (long long)field(r->json, "all_reduces");
+    r->kernels = (long long)field(r->json, "kernels");
+    r->overlapped = (long long)field(r->json, "overlapped_kernels");
 }
 
 int main(int argc, char **argv)
@@ -225,8 +229,8 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench size, captured SGD step, global batch split over the ranks; %d timed steps each\n", steps);
-    printf("%-12s %-22s %9s %8s %6s %6s %8s %8s %7s %6s\n", "model", "run", "img/s", "step ms", "execs", "compil",
-           "comm ms", "blocked", "hidden", "eff.");
+    printf("%-12s %-22s %9s %8s %6s %6s %8s %8s %7s %9s %6s\n", "model", "run", "img/s", "step ms", "execs",
+           "compil", "comm ms", "blocked", "hidden", "overlap", "eff.");
     int failed = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", models);
@@ -240,21 +244,23 @@ int main(int argc, char **argv)
             run_config(self, m, steps, cfg[c].ranks, cfg[c].threads, cfg[c].overlap, &r[c]);
             failed |= !r[c].ok;
             if (!r[c].ok) continue;
-            char hidden[16] = "-", eff[16] = "-";
+            char hidden[16] = "-", eff[16] = "-", overlap[32] = "-";
+            if (r[c].all_reduces)
+                snprintf(overlap, sizeof overlap, "%lld/%lld", r[c].overlapped / steps, r[c].kernels / steps);
             if (r[c].comm_ms > 0)
                 snprintf(hidden, sizeof hidden, "%.0f%%", 100.0 * (1 - r[c].blocked_ms / r[c].comm_ms));
             if (r[0].ok && r[0].ips > 0)
                 snprintf(eff, sizeof eff, "%.0f%%", 100.0 * r[c].ips / (cfg[c].ranks * cfg[c].threads * r[0].ips));
-            printf("%-12s %-22s %9.2f %8.1f %6.2f %6lld %8.1f %8.1f %7s %6s\n", m, cfg[c].what, r[c].ips,
+            printf("%-12s %-22s %9.2f %8.1f %6.2f %6lld %8.1f %8.1f %7s %9s %6s\n", m, cfg[c].what, r[c].ips,
                    r[c].step_ms, (double)r[c].executions / steps, r[c].compiles, r[c].comm_ms / steps,
-                   r[c].blocked_ms / steps, hidden, eff);
+                   r[c].blocked_ms / steps, hidden, overlap, eff);
             fflush(stdout);
             if (jf) fprintf(jf, "%s", r[c].json);
         }
     }
     printf("eff.: img/s over (ranks x threads) x the 1-rank-1-thread img/s. Per step: comm ms, each all-reduce\n"
            "from its start to its completion (summed); blocked, the part the step waited for it; hidden, the rest\n"
-           "(it ran under other kernels)\n");
+           "(it ran under other kernels); overlap, the kernels of a step that ran while a sum was in flight, of all\n");
     if (jf) fclose(jf);
     return failed;
 }

@@ -459,10 +459,12 @@ LZ_API void lz_dist_finalize(void);
 /* Communication counters since the last reset, updated by executions
    (read them after lz_wait): sums run, bytes summed, time from each sum's
    start to its completion (comm_ms) and the part of it the step spent
-   blocked waiting (wait_ms): comm_ms - wait_ms ran under other kernels. */
+   blocked waiting (wait_ms): comm_ms - wait_ms ran under other kernels;
+   overlapped_kernels: kernels that ran while a sum was in flight. */
 typedef struct lz_dist_stats {
     int64_t all_reduces, bytes;
     double  comm_ms, wait_ms;
+    int64_t overlapped_kernels;
 } lz_dist_stats;
 LZ_API lz_dist_stats lz_dist_stats_get(void);
 LZ_API void          lz_dist_stats_reset(void);

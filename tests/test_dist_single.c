@@ -1,7 +1,8 @@
 /* lz_dist_* in a process started alone (no mpirun): rank 0 of 1, a sum over
  * ranks is the tensor itself; and where the compiler puts the two halves of
- * a sum (compile/schedule_comm.c): each start right after its inputs are
- * made, each wait right before its sum is read. */
+ * a sum (compile/schedule_comm.c): each start, and the steps making its
+ * inputs, as early as they can run; each wait right before its sum is
+ * read. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,30 +45,34 @@ static void test_alone(void)
     lz_dist_finalize();
 }
 
-/* A hand-made schedule: 0 a = relu(in), 1 b = relu(a), 2 c = relu(b),
-   3 start(a), 4 w = wait(start), 5 d = relu(c), 6 e = add(w, d). The start
-   moves up to right after a, the wait down to right before e. */
+/* A hand-made schedule, as lowering gives it (post-order): 0 a = relu(in),
+   1 b = relu(a), 2 c = relu(b) (backward's chain of input gradients),
+   3 gw = relu(a) (a weight gradient, left after the chain), 4 start(gw),
+   5 w = wait(start), 6 d = relu(c), 7 e = add(w, d) (the update). The
+   start and the step making its input move up to right after a; the wait
+   moves down to right before e, its first reader; the rest keeps its
+   order. */
 static void test_schedule(void)
 {
-    lz_value values[8] = {{.kind = LZ_VALUE_INPUT}};
-    int in[7][2] = {{0}, {1}, {2}, {1}, {4}, {3}, {5, 6}};
-    const uint16_t ops[7] = {LZ_OP_RELU, LZ_OP_RELU, LZ_OP_RELU, LZ_OP_ALLREDUCE_START,
+    lz_value values[9] = {{.kind = LZ_VALUE_INPUT}};
+    int in[8][2] = {{0}, {1}, {2}, {1}, {4}, {5}, {3}, {6, 7}};
+    const uint16_t ops[8] = {LZ_OP_RELU, LZ_OP_RELU, LZ_OP_RELU, LZ_OP_RELU, LZ_OP_ALLREDUCE_START,
                              LZ_OP_ALLREDUCE_WAIT, LZ_OP_RELU, LZ_OP_ADD};
-    lz_instr steps[7];
+    lz_instr steps[8];
     memset(steps, 0, sizeof steps);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         steps[i].op = ops[i];
         steps[i].out = i + 1;
         steps[i].n_in = ops[i] == LZ_OP_ADD ? 2 : 1;
         steps[i].in = in[i];
     }
-    lz_program p = {.n_values = 8, .values = values, .n_steps = 7, .steps = steps};
+    lz_program p = {.n_values = 9, .values = values, .n_steps = 8, .steps = steps};
     lz_schedule_collectives(&p, 0x1234);
-    const uint16_t want[7] = {LZ_OP_RELU, LZ_OP_ALLREDUCE_START, LZ_OP_RELU, LZ_OP_RELU,
-                              LZ_OP_RELU, LZ_OP_ALLREDUCE_WAIT, LZ_OP_ADD};
-    for (int i = 0; i < 7; i++) CHECK_EQ_I(p.steps[i].op, want[i]);
-    CHECK_EQ_I(p.steps[1].iattr[0], 0x1234);   /* the graph, in the signature */
-    CHECK_EQ_I(p.steps[1].iattr[1], 0);        /* its first sum */
+    const int want[8] = {1, 4, 5, 2, 3, 7, 6, 8};   /* the steps, by the value each makes */
+    for (int i = 0; i < 8; i++) CHECK_EQ_I(p.steps[i].out, want[i]);
+    CHECK_EQ_I(p.steps[2].op, LZ_OP_ALLREDUCE_START);
+    CHECK_EQ_I(p.steps[2].iattr[0], 0x1234);   /* the graph, in the signature */
+    CHECK_EQ_I(p.steps[2].iattr[1], 0);        /* its first sum */
 }
 
 int main(void)

@@ -33,7 +33,8 @@ const char *lz_comm_allreduce_start(float *buf, int64_t n, uint64_t sig);
 /* Waits (at most the LZ_DIST_TIMEOUT seconds) for the sum started on buf. */
 const char *lz_comm_allreduce_wait(float *buf);
 /* Lets started collectives progress (MPI moves data only inside its calls):
-   the executor calls it between kernels while any is in flight. */
+   the executor calls it before each kernel that runs while any is in
+   flight, and counts that kernel as overlapped. */
 void lz_comm_progress(void);
 int  lz_comm_in_flight(void);
 /* An execution failed with collectives in flight: their memory will be
@@ -43,9 +44,10 @@ void lz_comm_abandon(const char *why);
 int  lz_comm_broadcast(void *buf, size_t nbytes);
 
 /* Counters since the start: collectives, bytes reduced, time from start to
-   completion seen by wait (comm_ms), of which blocked in wait (wait_ms). */
+   completion seen by wait (comm_ms), of which blocked in wait (wait_ms),
+   kernels run while a sum was in flight (overlapped_kernels). */
 typedef struct lz_comm_stats {
-    int64_t all_reduces, bytes;
+    int64_t all_reduces, bytes, overlapped_kernels;
     double comm_ms, wait_ms;
 } lz_comm_stats;
 lz_comm_stats lz_comm_stats_get(void);

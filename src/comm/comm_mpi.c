@@ -164,6 +164,7 @@ const char *lz_comm_allreduce_start(float *buf, int64_t n, uint64_t sig)
 
 void lz_comm_progress(void)
 {
+    stats.overlapped_kernels++;
     for (int i = 0; i < n_inflight; i++) {
         pending *p = &inflight[i];
         if (p->t_done) continue;

@@ -26,7 +26,7 @@ void lz_dist_finalize(void)
 lz_dist_stats lz_dist_stats_get(void)
 {
     lz_comm_stats s = lz_comm_stats_get();
-    return (lz_dist_stats){s.all_reduces, s.bytes, s.comm_ms, s.wait_ms};
+    return (lz_dist_stats){s.all_reduces, s.bytes, s.comm_ms, s.wait_ms, s.overlapped_kernels};
 }
 
 void lz_dist_stats_reset(void) { lz_comm_stats_reset(); }

@@ -76,6 +76,8 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
             return fault;
         }
         const cpu_step *cs = &e->steps[i];
+        /* MPI moves a started sum's data only inside its calls */
+        if (lz_comm_in_flight()) lz_comm_progress();
         const int timed = lz_profile_on();
         const double t0 = timed ? lz_now_ms() : 0;
         const lz_instr *s = &p->steps[i];
@@ -87,8 +89,6 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
             return err;
         }
         if (timed) lz_profile_add(p->steps[i].op, cs->library, lz_now_ms() - t0);
-        /* MPI moves a started sum's data only inside its calls */
-        if (lz_comm_in_flight()) lz_comm_progress();
     }
     return NULL;
 }
