@@ -1,12 +1,14 @@
 /* Where a data-parallel sum runs in the schedule. Lowering gives the
  * post-order of the graph, in which the sums over ranks come late (they
- * were recorded after backward). Here each ALLREDUCE_START moves up to
- * just after the last step making one of its inputs, so it is started
- * while backward still computes the gradients of earlier layers, and each
- * ALLREDUCE_WAIT moves down to just before the first step reading the sum
- * (the optimizer), so the steps between run while the data travels.
- * Every rank compiles the same graph the same way, so the collectives are
- * started in the same order everywhere, as MPI requires. */
+ * were recorded after backward), and so do most weight gradients (the
+ * post-order reaches them after the whole chain of input gradients). Here
+ * each ALLREDUCE_START, with the steps making its inputs, moves up to run
+ * as soon as its operands exist, so it is summed while backward still
+ * computes the gradients of earlier layers, and each ALLREDUCE_WAIT moves
+ * down to just before the first step reading the sum (the optimizer), so
+ * the steps between run while the data travels. Every rank compiles the
+ * same graph the same way, so the collectives start in the same order
+ * everywhere, as MPI requires. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +68,7 @@ static int hoist_starts(lz_program *p)
         group[i] = g < group[i] ? g : group[i];
         /* ancestors lie before i in a topological order: one backward pass */
         for (int j = i; j >= 0; j--) {
-            if (group[j] != g && !(j == i)) continue;
+            if (j != i && group[j] != g) continue;
             for (int k = 0; k < p->steps[j].n_in; k++) {
                 int q = producer[p->steps[j].in[k]];
                 if (q >= 0 && group[q] > g) group[q] = g;
