@@ -433,6 +433,49 @@ LZ_API lz_fn *lz_capture(lz_step_fn fn, void *ctx, int n_in, int n_out);
 LZ_API int    lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out);
 LZ_API void   lz_fn_free(lz_fn *f);
 
+/* ---- data-parallel training over MPI ---------------------------------- */
+
+/* Every rank (process of an mpirun job) holds the whole model, trains on
+   its share of each global batch, and the gradients are averaged across
+   ranks every step, inside the step's one execution. Needs lazyc built
+   with MPI (libopenmpi-dev); without it every call below that communicates
+   is an error saying so, and rank/size give 0 and 1. */
+
+/* Joins the MPI job this process was launched in (mpirun); a process started
+   alone is rank 0 of 1 (and starts no MPI). Idempotent; 0 or -1 + error. */
+LZ_API int  lz_dist_init(void);
+LZ_API int  lz_dist_rank(void);   /* this process's rank; 0 before lz_dist_init */
+LZ_API int  lz_dist_size(void);   /* the number of ranks; 1 before lz_dist_init */
+/* Records a sum (mean != 0: mean) of x (f32) over all ranks as an op of the
+   graph: it runs inside the step's execution, like any other op. Carries no
+   gradient. Every rank must record the same graph: a rank whose graph
+   differs fails the step with an error naming both signatures. */
+LZ_API lz_tensor *lz_dist_all_reduce(lz_tensor *x, int mean);
+/* Records the mean over ranks of every listed tensor's gradient (call between
+   lz_backward and the optimizer step): bucketed (LZ_DIST_BUCKET_KIB), each
+   bucket's sum started as soon as backward has made its gradients and
+   waited for only where the optimizer reads them. Tensors without a
+   gradient are skipped. */
+LZ_API int  lz_dist_average_grads(lz_tensor *const *params, int n);
+/* Makes every rank's tensors equal rank 0's (at start, after loading):
+   waits for pending executions, then copies through the host. */
+LZ_API int  lz_dist_broadcast(lz_tensor *const *ts, int n);
+/* Waits for pending executions and leaves the job (MPI_Finalize); after a
+   failed collective it leaves MPI to mpirun, which ends the job. */
+LZ_API void lz_dist_finalize(void);
+/* Communication counters since the last reset, updated by executions
+   (read them after lz_wait): sums run, bytes summed, time from each sum's
+   start to its completion (comm_ms) and the part of it the step spent
+   blocked waiting (wait_ms): comm_ms - wait_ms ran under other kernels;
+   overlapped_kernels: kernels that ran while a sum was in flight. */
+typedef struct lz_dist_stats {
+    int64_t all_reduces, bytes;
+    double  comm_ms, wait_ms;
+    int64_t overlapped_kernels;
+} lz_dist_stats;
+LZ_API lz_dist_stats lz_dist_stats_get(void);
+LZ_API void          lz_dist_stats_reset(void);
+
 /* ---- metrics: counters since the last reset -------------------------- */
 
 typedef struct lz_metrics {

@@ -12,6 +12,7 @@ PACKAGES=(
   valgrind clang libclang-rt-14-dev      # leak checks, libFuzzer harnesses (make check-all)
   libomp-dev                             # clang's OpenMP runtime, for the fuzz harnesses
   dataset-fashion-mnist                  # real data under /usr/share/datasets
+  libopenmpi-dev openmpi-bin             # data-parallel training over MPI (mpirun)
 )
 
 installed() {

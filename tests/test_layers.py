@@ -29,6 +29,7 @@ FLOORS = {
     "include": -1,
     "src/base": 0,          # errors, threads, settings, counters, profile, faults, op table, switches
     "src/backend": 1,       # the backend contract and registry, device memory, buffers
+    "src/comm": 1,          # communication between the ranks of a job (MPI): kernels and ops use it
     "src/ir": 2,            # IR nodes, graph cutting
     "src/compile": 3,       # graph -> program -> executable
     "src/backend/cpu": 4,   # the CPU backend: kernels over programs

@@ -32,6 +32,8 @@ static const case_values cases[] = {
     {"LZ_EXPLAIN_COMPILES", "1", "maybe", 1}, {"LZ_CAPTURE_CHECK", "2", "often", 0},
     {"LZ_TORCH_PYTHON", "/x/python", NULL, 1},
     {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL, 1}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL, 1},
+    {"LZ_DIST_TIMEOUT", "5", "0", 0},      {"LZ_DIST_BUCKET_KIB", "1", "-3", 0},
+    {"LZ_DIST_OVERLAP", "0", "no", 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 

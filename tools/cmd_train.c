@@ -83,6 +83,10 @@ static void usage(FILE *f)
             "Every loss is checked: a NaN or Inf stops the run at once, names the epoch\n"
             "and step, and saves nothing more, so the last checkpoint stays good. The\n"
             "summary is valid JSON at all times (status, error; NaN written as null).\n"
+            "Under `mpirun -np N`, data-parallel: each rank trains on batch/N rows of\n"
+            "every global batch (--batch a multiple of N), the gradients are averaged\n"
+            "every step, and rank 0 alone prints, evaluates and writes; a checkpoint\n"
+            "resumes on any N (docs/distributed.md).\n"
             "\n"
             "Exit status: 0 done (or nothing left to do); 1 failed while running (a write\n"
             "error such as a full disk, an execution error); 2 usage (a bad option,\n"
@@ -97,9 +101,11 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
     if (t->adamw) lz_adamw_zero_grad(t->adamw); else lz_sgd_zero_grad(t->sgd);
     lz_tensor *loss = lz_model_loss(t->model, in[0], in[1], 1);
     if (!loss || lz_backward(loss) != 0) return -1;
+    if (t->size > 1 && lz_dist_average_grads(t->params, t->n_params) != 0) return -1;
     if ((t->adamw ? lz_adamw_step(t->adamw) : lz_sgd_step(t->sgd)) != 0) return -1;
-    out[0] = loss;
-    return 0;
+    /* the loss over the global batch */
+    out[0] = t->size > 1 ? lz_dist_all_reduce(loss, 1) : loss;
+    return out[0] ? 0 : -1;
 }
 
 /* in = {x}; out[0] = logits in eval mode. */
@@ -290,6 +296,7 @@ static int diverged(run *r, double loss, long epoch, long b, long step, const ch
    of the next) once the state is known to be finite. 0, or an exit code. */
 static int checkpoint(run *r, long epoch, long b, long step)
 {
+    if (r->t.rank != 0) return 0;   /* rank 0 alone writes */
     int fin = train_state_finite(&r->t);
     if (fin < 0) return end_run(r, LZ_CLI_FAILED, "failed", "checking the state before saving: %s", lz_last_error());
     if (fin == 0) {
@@ -444,6 +451,10 @@ static int train_loop(run *r, long first_epoch, long skip, long step)
             if (r->t.adamw) lz_adamw_set_lr(r->t.adamw, lr); else lz_sgd_set_lr(r->t.sgd, lr);
             if (b == b0) lr_first = lr;
             lr_last = lr;
+            if (r->t.size > 1 && train_dist_shard(&r->t, &x, &y) != 0) {
+                lz_free(prev.loss);
+                return end_run(r, LZ_CLI_FAILED, "failed", "batch %ld: %s", b + 1, lz_last_error());
+            }
             lz_tensor *in[2] = {x, y}, *out[1] = {NULL};
             int64_t execs_before = lz_metrics_get().executions;
             int called = lz_call(r->step_fn, in, out);
@@ -483,7 +494,7 @@ static int train_loop(run *r, long first_epoch, long skip, long step)
             break;
         }
         double te = now_s();
-        acc = evaluate(r->eval_fn, r->test);
+        acc = r->t.rank == 0 ? evaluate(r->eval_fn, r->test) : NAN;   /* rank 0 alone evaluates */
         if (acc < 0) return end_run(r, LZ_CLI_FAILED, "failed", "evaluating epoch %ld: %s", epoch + 1, lz_last_error());
         r->prog.eval_s = now_s() - te;
         r->prog.evals_left--;
@@ -521,10 +532,20 @@ int lz_cmd_train(int argc, char **argv)
     run r = {0};
     train_opts *o = &r.o;
     if (parse(argc, argv, o) != 0) { usage(stderr); return LZ_CLI_USAGE_ERROR; }
-    /* an unusable output path is found now, not after an epoch */
-    if (lz_cli_prepare_output("train", "--summary", o->summary) != 0 ||
-        (o->save && lz_cli_prepare_output("train", "--save", o->save) != 0))
+    if (train_dist_join(&r.t) != 0) return LZ_CLI_USAGE_ERROR;
+    r.t.batch = o->batch;
+    if (o->batch % r.t.size) {
+        fprintf(stderr, "lazyc train: --batch %ld (the global batch) is not a multiple of the %d ranks\n",
+                o->batch, r.t.size);
+        train_dist_end(&r.t);
         return LZ_CLI_USAGE_ERROR;
+    }
+    /* an unusable output path is found now, not after an epoch */
+    if (r.t.rank == 0 && (lz_cli_prepare_output("train", "--summary", o->summary) != 0 ||
+                          (o->save && lz_cli_prepare_output("train", "--save", o->save) != 0))) {
+        train_dist_end(&r.t);
+        return LZ_CLI_USAGE_ERROR;
+    }
     /* progress lines reach a log file as they happen, not at exit */
     setvbuf(stdout, NULL, _IOLBF, 0);
     lz_dataset *tr = lz_dataset_fashion_mnist(o->data_dir, 1), *te = tr ? lz_dataset_fashion_mnist(o->data_dir, 0) : NULL;
@@ -561,6 +582,8 @@ int lz_cmd_train(int argc, char **argv)
     }
     lz_tensor *ps[512];
     int np = lz_params_trainable_list(lz_model_params(r.t.model), ps, 512);
+    r.t.params = ps;
+    r.t.n_params = np;
     if (!strcmp(o->optimizer, "adamw"))
         r.t.adamw = lz_adamw_new(ps, np, (lz_adamw_opts){.lr = (float)o->lr, .beta1 = 0.9f, .beta2 = 0.999f,
                                                          .eps = 1e-8f, .weight_decay = (float)o->weight_decay, .decoupled = 1});
@@ -584,11 +607,13 @@ int lz_cmd_train(int argc, char **argv)
         if (o->save && !strcmp(o->save, o->resume))
             snprintf(r.saved, sizeof r.saved, "%s (training step %ld)", o->resume, m.step);
     }
+    if (train_dist_start(&r.t) != 0) { fprintf(stderr, "lazyc train: %s\n", lz_last_error()); goto done; }
     r.step_fn = lz_capture(train_step, &r.t, 2, 1);
     r.eval_fn = lz_capture(eval_step, &r.t, 1, 1);
     if (!r.step_fn || !r.eval_fn) { fprintf(stderr, "lazyc train: %s\n", lz_last_error()); goto done; }
 
-    r.sum = (train_summary){.model = o->model, .path = o->summary, .status = "running", .test_accuracy = NAN};
+    r.sum = (train_summary){.model = o->model, .path = o->summary, .status = "running", .test_accuracy = NAN,
+                            .silent = r.t.rank != 0};
     if (train_summary_write(&r.sum) != 0) {
         fprintf(stderr, "lazyc train: cannot write the summary: %s\n", lz_last_error());
         goto done;
@@ -619,5 +644,6 @@ done:
     lz_loader_free(r.test);
     lz_dataset_free(tr);
     lz_dataset_free(te);
+    train_dist_end(&r.t);
     return status;
 }

@@ -13,7 +13,27 @@ typedef struct trainer {
     lz_model *model;
     lz_sgd *sgd;
     lz_adamw *adamw;
+    /* data-parallel (train_dist.c): this process's rank of size; each step
+       trains on rows [batch/size * rank, batch/size * (rank + 1)) of the
+       global batch and averages the gradients of params over the ranks */
+    int rank, size;
+    long batch;
+    lz_tensor **params;
+    int n_params;
 } trainer;
+
+/* ---- data-parallel (train_dist.c) ---- */
+
+/* Joins the MPI job when started by mpirun (else rank 0 of 1); ranks other
+   than 0 print nothing on stdout. -1 with a message printed on failure. */
+int  train_dist_join(trainer *t);
+/* Gives every rank rank 0's parameters and buffers (after a resume too). */
+int  train_dist_start(trainer *t);
+/* Replaces the global batch *x, *y by this rank's rows of it (new tensors;
+   the old are freed). Copied on the host, not sliced in the step: every
+   rank must record the same graph, and a slice's offset is part of it. */
+int  train_dist_shard(const trainer *t, lz_tensor **x, lz_tensor **y);
+void train_dist_end(trainer *t);
 
 /* A checkpoint's __metadata__: where the run stands and what it ran with,
    so a resume continues it exactly or says what differs. */
@@ -77,6 +97,7 @@ typedef struct train_summary {
     int n_epochs, cap_epochs;
     double test_accuracy, wall_s, images_per_s;
     int64_t steps, executions;
+    int silent;              /* a rank other than 0 of a data-parallel run: writes nothing */
 } train_summary;
 int  train_summary_add(train_summary *s, train_epoch e);
 /* Writes s as one JSON object to s->path (lz_write_file): non-finite

@@ -71,6 +71,7 @@ int train_summary_add(train_summary *s, train_epoch e)
 
 int train_summary_write(const train_summary *s)
 {
+    if (s->silent) return 0;
     text t = {0};
     add(&t, "{\"model\": ");
     str(&t, s->model);

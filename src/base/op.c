@@ -56,6 +56,7 @@ const char *lz_op_name(lz_op op)
         [LZ_OP_BATCH_NORM_GRAD_STATS] = "batch_norm_grad_stats",
         [LZ_OP_BATCH_NORM_GRAD] = "batch_norm_grad",
         [LZ_OP_TEST_GATE] = "test_gate",
+        [LZ_OP_ALLREDUCE_START] = "allreduce_start", [LZ_OP_ALLREDUCE_WAIT] = "allreduce_wait",
         [LZ_OP_FUSED_ELEMENTWISE] = "fused_elementwise",
     };
     return op < LZ_OP_COUNT && names[op] ? names[op] : "unknown";

@@ -85,6 +85,15 @@ typedef enum lz_op {
                                    only), at y recomputed with the forward's weight and
                                    bias, then the last inputs (iattr[3], iattr[4]: there) */
     LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
+    /* data-parallel sum over the ranks of a job (src/comm), split in two so
+       the compiler can start it as soon as its inputs exist and wait for it
+       only where its result is read (compile/schedule_comm.c) */
+    LZ_OP_ALLREDUCE_START, /* (x0, x1, ...) -> [total] f32: the inputs packed
+                           flat, their sum over the ranks started in place;
+                           iattr[0] the graph's hash, iattr[1] the collective's
+                           place in it (set by the compiler) */
+    LZ_OP_ALLREDUCE_WAIT,  /* (started) -> same shape: waits for the sum;
+                           iattr[0] mean (divides by the rank count) */
     LZ_OP_FUSED_ELEMENTWISE, /* made by the compiler only (compile/fuse.c): a chain of
                            element-wise steps run as one pass (lz_instr.fused) */
     LZ_OP_COUNT

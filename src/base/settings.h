@@ -34,7 +34,10 @@
     X(CAPTURE_CHECK,  INT,    "0",    0, INT32_MAX, NULL, "N: a captured function traces every N-th call again and fails it if the graph or a constant differs (0: never)") \
     X(TORCH_PYTHON,   TEXT,   "/usr/bin/python3", 0, 0, NULL, "lazyc bench: the Python interpreter that runs the PyTorch reference") \
     X(BENCH_TORCH_SCRIPT, TEXT, "", 0, 0, NULL, "lazyc bench: path of torch_reference.py (empty: found next to the program)") \
-    X(TORCH_OMP_WAIT_POLICY, TEXT, "", 0, 0, NULL, "lazyc bench: OMP_WAIT_POLICY for the PyTorch reference (empty: its default)")
+    X(TORCH_OMP_WAIT_POLICY, TEXT, "", 0, 0, NULL, "lazyc bench: OMP_WAIT_POLICY for the PyTorch reference (empty: its default)") \
+    X(DIST_TIMEOUT,   INT,    "300",  1, 86400, NULL, "data-parallel: seconds a rank waits for the others in a collective before failing the step") \
+    X(DIST_BUCKET_KIB, INT,   "25600", 1, 4194304, NULL, "data-parallel: KiB of gradients summed by one all-reduce (lz_dist_average_grads)") \
+    X(DIST_OVERLAP,   BOOL,   "1",    0, 1, NULL, "0: all-reduces run where they were recorded, not as soon as their gradients are ready (to measure the overlap)")
 
 typedef enum {
 #define LZ_SETTING_ID(id, kind, def, lo, hi, choices, help) LZ_SETTING_##id,

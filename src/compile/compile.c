@@ -101,6 +101,7 @@ lz_executable *lz_compile(const lz_graph *g)
     if (e->sig) {
         memcpy(e->sig, g->sig, sizeof *e->sig * g->sig_len);
         lower(g, &e->prog);
+        if (!e->prog.out_of_memory) lz_schedule_collectives(&e->prog, g->hash);
     }
     /* each pass leaves the program whole when it stops for memory */
     void (*const passes[])(lz_program *) = {lz_fold_expands, lz_fold_slice_grads,

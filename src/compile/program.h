@@ -103,6 +103,11 @@ void lz_program_free(lz_program *p);
    they fold. */
 void lz_program_drop_steps(lz_program *p, const char *drop);
 
+/* Stamps each data-parallel sum with the graph's hash and its place, and
+   (unless LZ_DIST_OVERLAP=0) moves its start, with the steps making its
+   inputs, up to run as soon as they can, and its wait down to its first
+   reader (schedule_comm.c). Runs first, on the lowered program. */
+void lz_schedule_collectives(lz_program *p, uint64_t graph_hash);
 /* Element-wise steps that read an expand read its source instead, and
    expands left unread leave the schedule (fold_expand.c). Runs first. */
 void lz_fold_expands(lz_program *p);

@@ -11,6 +11,7 @@
 #include "base/fault.h"
 #include "base/metrics.h"
 #include "base/profile.h"
+#include "comm/comm.h"
 
 typedef struct cpu_step {
     lz_kernel kernel;
@@ -70,15 +71,23 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
     const lz_program *p = e->prog;
     for (int i = 0; i < p->n_steps; i++) {
         const char *fault = injected_fault(p, i);
-        if (fault) return fault;
+        if (fault) {
+            lz_comm_abandon(fault);
+            return fault;
+        }
         const cpu_step *cs = &e->steps[i];
+        /* MPI moves a started sum's data only inside its calls */
+        if (lz_comm_in_flight()) lz_comm_progress();
         const int timed = lz_profile_on();
         const double t0 = timed ? lz_now_ms() : 0;
         const lz_instr *s = &p->steps[i];
         void *scratch = s->scratch_bytes ? (char *)arena + s->scratch_offset : NULL;
         const char *err = cs->state ? cs->stateful->run(cs->state, p, s, ptrs, scratch)
                                     : cs->kernel(p, s, ptrs);
-        if (err) return err;
+        if (err) {
+            lz_comm_abandon(err);
+            return err;
+        }
         if (timed) lz_profile_add(p->steps[i].op, cs->library, lz_now_ms() - t0);
     }
     return NULL;

@@ -44,6 +44,7 @@ lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding,
 lz_kernel lz_cpu_conv_kernel(lz_op op);          /* k_conv.c: conv2d, pooling */
 lz_kernel lz_cpu_batch_norm_kernel(lz_op op);    /* k_batch_norm.c: fused training batch norm */
 lz_kernel lz_cpu_fused_kernel(lz_op op);         /* k_fused.c: fused element-wise chains */
+lz_kernel lz_cpu_dist_kernel(lz_op op);          /* k_dist.c: data-parallel all-reduce */
 
 /* Runs an element-wise op over n elements of one row: in[k] advances by
    st[k] elements (1: contiguous, 0: one element broadcast). */
