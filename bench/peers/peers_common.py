@@ -103,6 +103,7 @@ class Cell:
         float. Counts over the timed steps are divided by their number."""
         a = self.args
         losses, times = [], []
+        start = counters()  # set-up (weights, batch) is not the steps'
         t_start = time.perf_counter()
         for i in range(a.warmup + a.steps):
             if i == a.warmup:
@@ -125,7 +126,7 @@ class Cell:
             raise RuntimeError(f"loss is not finite: {self.d['losses']}")
         self.d["steps_ms"] = times
         self.d["ms"] = median(times)
-        self.d["counters_warmup"] = before
+        self.d["counters_warmup"] = {k: before.get(k, 0) - start.get(k, 0) for k in before}
         self.d["counters_timed"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         self.d["per_step"] = {k: v / a.steps for k, v in self.d["counters_timed"].items()}
         self.d["peak_bytes"] = max(0, rss_kib("VmHWM") - self.rss_before) * 1024
