@@ -8,6 +8,10 @@ the figure to compare with lazyc's captured step (1).
 
     PJRT_DEVICE=CPU $(scripts/pyenv.sh torch) bench/peers/xla_dynamo.py --model resnet18
 
+--without-optimizer compiles zero_grad, forward and backward only (the
+case PyTorch/XLA's dynamo tests count executions for); the cell's system is
+then "xla_dynamo_no_opt".
+
 Also reported: Dynamo's unique graphs and graph breaks (torch._dynamo.utils
 .counters) in "dynamo".
 """
@@ -34,7 +38,15 @@ def body(args):
     dev = torch_xla.device()
     model, x, y, params = pt.build(args, dev)
     opt = pt.sgd(params)
-    step = torch.compile(pt.plain_step(model, x, y, opt), backend="openxla")
+    if args.without_optimizer:
+        def fwd_bwd():
+            opt.zero_grad(set_to_none=True)
+            loss = pt.loss_fn(model, x, y)
+            loss.backward()
+            return loss
+        step = torch.compile(fwd_bwd, backend="openxla")
+    else:
+        step = torch.compile(pt.plain_step(model, x, y, opt), backend="openxla")
 
     def counters():
         d = xmet.counters()
@@ -48,7 +60,13 @@ def body(args):
 
 
 if __name__ == "__main__":
-    args = pc.parse_args("xla_dynamo")
+    import argparse
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--without-optimizer", action="store_true")
+    flags, rest = extra.parse_known_args()
+    args = pc.parse_args("xla_dynamo_no_opt" if flags.without_optimizer else "xla_dynamo",
+                         argv=rest)
+    args.without_optimizer = flags.without_optimizer
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault("CPU_NUM_DEVICES", "1")
     sys.exit(pc.run_cell(args, body, lambda: __import__("xla_metrics").versions()))
