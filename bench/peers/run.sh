@@ -8,6 +8,9 @@
 #                      [--timeout S] [--budget S] [--steps N] [--warmup N]
 #                      [--lazyc PATH] [--out DIR]
 #
+# Defaults: a 300 s limit per cell and a 2100 s budget for the peers (no
+# cell starts after it), so a run ends within about 45 minutes on 2 cores
+# (lazyc bench at smoke size is a few minutes); --budget 0 means no budget.
 # --lazyc: the lazyc binary (default build/lazyc, else the first
 # build*/lazyc); "none" skips lazyc's side. The Python environments come
 # from scripts/pyenv.sh (made once, several GB). Exit status: the merge's
@@ -15,7 +18,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-size=smoke models="" systems="" timeout=300 budget=0 steps=3 warmup=2 lazyc="" out=bench-out/peers
+size=smoke models="" systems="" timeout=300 budget=2100 steps=3 warmup=2 lazyc="" out=bench-out/peers
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "run.sh: $1 needs a value (see the top of $0)" >&2; exit 2; }
   case "$1" in
