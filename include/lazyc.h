@@ -131,6 +131,22 @@ LZ_API lz_tensor *lz_eq(lz_tensor *a, lz_tensor *b);
 LZ_API lz_tensor *lz_where(lz_tensor *cond, lz_tensor *a, lz_tensor *b);
 LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 
+/* ---- mixed precision ---------------------------------------------------- */
+
+/* Opens an autocast region (PyTorch's torch.autocast("cpu", bfloat16)):
+   until the matching lz_autocast_end, lz_matmul, lz_linear, lz_conv2d and
+   lz_attention's products (forward and backward) cast their f32 operands
+   to bf16 and accumulate and return f32; every other op (norms, softmax,
+   losses, reductions, optimizers) stays f32, as do parameters and
+   gradients. A parameter is cast once per region, however often it is
+   used. dtype LZ_BF16, or LZ_F32 for a nested region without autocast.
+   Regions nest (16 deep). The casts are ops of the graph, so a captured
+   step keeps them; a region opened around lz_call is part of the trace's
+   key. 0, or -1 and an error. */
+LZ_API int lz_autocast_begin(lz_dtype dtype);
+/* Closes the innermost autocast region (the outermost drops its casts). */
+LZ_API int lz_autocast_end(void);
+
 /* ---- reductions ------------------------------------------------------ */
 
 LZ_API lz_tensor *lz_sum(lz_tensor *x);                   /* all elements -> 0-d; i32 sums to i64 (torch) */
