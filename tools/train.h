@@ -13,6 +13,7 @@ typedef struct trainer {
     lz_model *model;
     lz_sgd *sgd;
     lz_adamw *adamw;
+    int bf16;                /* --dtype bf16: forward and loss under autocast */
 } trainer;
 
 /* A checkpoint's __metadata__: where the run stands and what it ran with,
