@@ -237,10 +237,13 @@ static dnnl_primitive_desc_t make_pd(lz_op op, dnnl_alg_kind_t alg, const dnnl_m
     dnnl_primitive_desc_t fpd = NULL, pd = NULL;
     /* a bf16 backward step's hint is the bf16 forward (bf16 in, bf16 out:
        the forward with an f32 source oneDNN has not) */
-    dnnl_memory_desc_t xh = *x, yh = *y;
-    if (w->data_type == dnnl_bf16 && op != LZ_OP_CONV2D) xh.data_type = yh.data_type = dnnl_bf16;
+    dnnl_memory_desc_t xh = *x, wh = *w, yh = *y;
+    const int bf16 = x->data_type == dnnl_bf16 || w->data_type == dnnl_bf16 ||
+                     y->data_type == dnnl_bf16;
+    if (bf16 && op != LZ_OP_CONV2D) xh.data_type = wh.data_type = yh.data_type = dnnl_bf16;
     if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg,
-                                                   op == LZ_OP_CONV2D ? x : &xh, w, NULL,
+                                                   op == LZ_OP_CONV2D ? x : &xh,
+                                                   op == LZ_OP_CONV2D ? w : &wh, NULL,
                                                    op == LZ_OP_CONV2D ? y : &yh,
                                                    st, dil, pl, pr) != dnnl_success ||
         dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL) != dnnl_success)
