@@ -706,7 +706,12 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     lz_cpu_bf16_notice();
-    if (lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
+    /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1
+       (jit_bf16, f32 diff weights) ran 10-40x slower than widening to f32
+       for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step) */
+    const lz_value *W = &p->values[s->op == LZ_OP_CONV2D_GRAD_WEIGHT ? s->out : s->in[1]];
+    const int slow = s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
+    if (!slow && lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
         return c;
