@@ -67,7 +67,15 @@ def check(name, lazyc, tmp):
     save_file({k: as_f32(v) for k, v in model.state_dict().items()}, w)
     save_file({"x": x, "y": y}, i)
     ref = grads_of(bert_ref.disable_dropout(make_case(name)[0].double()).train(), x, y, False)
-    tac = grads_of(bert_ref.disable_dropout(make_case(name)[0]).train(), x, y, True)
+    try:
+        tac = grads_of(bert_ref.disable_dropout(make_case(name)[0]).train(), x, y, True)
+    except RuntimeError as e:
+        # torch 1.13 has no bf16 backward for some ops (mobilenet_v2's
+        # hardtanh): float64 alone is the reference then, said so
+        print(f"{name}: PyTorch autocast failed ({str(e).splitlines()[0]}); "
+              f"compared with float64 alone", flush=True)
+        tac = {k: None for k in ref}
+        tac["loss"] = float("nan")
     r = subprocess.run([lazyc, "grads", "--model", name, "--size", "smoke", "--weights", w,
                         "--inputs", i, "--out", g, "--dtype", "bf16"],
                        capture_output=True, text=True)
@@ -87,7 +95,7 @@ def check(name, lazyc, tmp):
             continue
         n += 1
         c = cosine(got[k].double().flatten(), v)
-        ct = cosine(tac[k], v) if tac[k] is not None else 1.0
+        ct = cosine(tac[k], v) if tac[k] is not None else 1.0   # none: COS_MIN applies
         worst_t = min(worst_t, ct)
         if c < worst[0]:
             worst = (c, k, ct)
