@@ -77,6 +77,15 @@ int lz_autocast_cache_put(lz_tensor *x, lz_tensor *cast)
     return 0;
 }
 
+void lz_autocast_shutdown(void)
+{
+    lz_autocast_cache_clear();
+    free(cache);
+    cache = NULL;
+    cap_cache = 0;
+    depth = 0;
+}
+
 void lz_autocast_cache_clear(void)
 {
     for (int i = 0; i < n_cache; i++) {

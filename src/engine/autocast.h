@@ -23,5 +23,7 @@ int lz_autocast_cacheable(const lz_tensor *x);
    around a capture trace (a trace must make its own casts, not bind
    values made before it). */
 void lz_autocast_cache_clear(void);
+/* lz_shutdown: closes every region and frees the cache. */
+void lz_autocast_shutdown(void);
 
 #endif
