@@ -50,7 +50,7 @@ static void list_models(FILE *f)
     fprintf(f, "\n");
 }
 
-static const char *dt_name(lz_dtype d) { return d == LZ_F32 ? "f32" : d == LZ_I64 ? "i64" : "i32"; }
+static const char *dt_name(lz_dtype d) { return d == LZ_F32 ? "f32" : d == LZ_I64 ? "i64" : d == LZ_BF16 ? "bf16" : "i32"; }
 
 /* x or y of the inputs file, checked against what the model takes; an
    integer x of the other width is cast (PyTorch writes i64 tokens, a
