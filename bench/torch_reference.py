@@ -151,10 +151,15 @@ def run(args):
     opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
     build_ms = (time.perf_counter() - t_build) * 1e3
 
+    import contextlib
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast == "bf16" \
+        else contextlib.nullcontext
+
     def step():
         opt.zero_grad(set_to_none=True)
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        with autocast():   # forward and loss, as lazyc bench --dtype bf16
+            out = model(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
         return loss
@@ -192,6 +197,8 @@ def main():
     ap.add_argument("--classes", type=int, required=True, help="logits width (vocabulary for BERT)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                    help="bf16: forward and loss under torch.autocast('cpu', bfloat16)")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.classes < 1:
         ap.error("--steps must be >= 1, --warmup >= 0, --classes >= 1")

@@ -57,7 +57,10 @@ extern "C" {
 typedef struct lz_tensor lz_tensor; /* opaque handle */
 typedef struct lz_fn     lz_fn;     /* a captured step function */
 typedef struct lz_params lz_params; /* named tensors: a model's parameters and buffers */
-typedef enum { LZ_F32, LZ_I64, LZ_I32 } lz_dtype;
+/* LZ_BF16: bfloat16 storage (2 bytes, float32's exponent range). Ops
+   compute in float32; bf16 tensors come from lz_cast (round to nearest
+   even), from the host, from safetensors, or from an autocast region. */
+typedef enum { LZ_F32, LZ_I64, LZ_I32, LZ_BF16 } lz_dtype;
 
 /* ---- tensors -------------------------------------------------------- */
 
@@ -134,6 +137,22 @@ LZ_API lz_tensor *lz_eq(lz_tensor *a, lz_tensor *b);
 /* cond != 0 ? a : b, broadcasting all three. */
 LZ_API lz_tensor *lz_where(lz_tensor *cond, lz_tensor *a, lz_tensor *b);
 LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
+
+/* ---- mixed precision ---------------------------------------------------- */
+
+/* Opens an autocast region (PyTorch's torch.autocast("cpu", bfloat16)):
+   until the matching lz_autocast_end, lz_matmul, lz_linear, lz_conv2d and
+   lz_attention's products (forward and backward) cast their f32 operands
+   to bf16 and accumulate and return f32; every other op (norms, softmax,
+   losses, reductions, optimizers) stays f32, as do parameters and
+   gradients. A parameter is cast once per region, however often it is
+   used. dtype LZ_BF16, or LZ_F32 for a nested region without autocast.
+   Regions nest (16 deep). The casts are ops of the graph, so a captured
+   step keeps them; a region opened around lz_call is part of the trace's
+   key. 0, or -1 and an error. */
+LZ_API int lz_autocast_begin(lz_dtype dtype);
+/* Closes the innermost autocast region (the outermost drops its casts). */
+LZ_API int lz_autocast_end(void);
 
 /* ---- reductions ------------------------------------------------------ */
 
@@ -346,12 +365,16 @@ LZ_API int64_t     lz_params_numel(const lz_params *p, int trainable_only);
    like lz_write_file: a crash or a failed write (full disk) leaves the
    previous file whole. */
 LZ_API int  lz_safetensors_save(const char *path, const lz_params *p);
-/* Loads every tensor of p from path by name: f32, i64 and bf16 (widened to
-   f32) on disk. strict: a missing, extra or mis-shaped tensor is an error
-   naming it. */
+/* Loads every tensor of p from path by name: f32, i64 and bf16 on disk
+   (bf16 widened to f32 into an f32 tensor, copied as it is into a bf16
+   one). strict: a missing, extra or mis-shaped tensor is an error naming
+   it. Saving writes a bf16 tensor as BF16. */
 LZ_API int  lz_safetensors_load(const char *path, lz_params *p, int strict);
-/* Reads every tensor in a file into a new set (none trainable). */
+/* Reads every tensor in a file into a new set (none trainable); BF16 and
+   F16 widen to f32. */
 LZ_API lz_params *lz_safetensors_read(const char *path);
+/* Like lz_safetensors_read, but BF16 tensors stay LZ_BF16 (no widening). */
+LZ_API lz_params *lz_safetensors_read_bf16(const char *path);
 /* Like lz_safetensors_save, also writing n_meta string pairs into the
    header's __metadata__ (a checkpoint's epoch and step, for instance). */
 LZ_API int   lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,

@@ -23,6 +23,7 @@ typedef struct bench_opts {
     const char *out_dir;
     int json;
     int profile;                  /* print the captured steps' kernel time by op */
+    int bf16;                     /* --dtype bf16: steps under autocast (lazyc and torch) */
 } bench_opts;
 
 /* One lazyc mode of one model; ms < 0 when it did not run. */
@@ -55,6 +56,8 @@ typedef struct bench_row {
 typedef struct bench_table {
     const char *size;
     double peak_gflops;           /* <= 0: not measured */
+    int bf16;                     /* --dtype bf16: "% peak" is of peak_bf16_gflops */
+    double peak_bf16_gflops;      /* <= 0: not measured (or not asked) */
     int mode_on[BENCH_MODES];
     long steps, warmup;
     int n;
@@ -80,6 +83,17 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
 /* fp32 peak in GFLOP/s: the best of a few large dnnl_sgemm calls on the
    cores this process may use. <= 0 when it cannot be measured. */
 double bench_peak_gflops(void);
+/* bf16 peak in GFLOP/s (bench_peak_bf16.c): the best of a few 2048^3 bf16
+   products with float32 accumulation on oneDNN's matmul, the kernel
+   autocast's products use. <= 0 when it cannot be measured. */
+double bench_peak_bf16_gflops(void);
+/* The peak "% peak" is of: bf16's under --dtype bf16, else fp32's. */
+double bench_table_peak(const struct bench_table *t);
+/* "f32" or "bf16" into *bf16 (0 or 1); -1 on anything else. */
+int bench_parse_dtype(const char *s, int *bf16);
+/* Measures the bf16 peak into t (the higher of this and an earlier
+   reading), with a line on stderr. */
+void bench_measure_bf16_peak(struct bench_table *t);
 
 /* Derived figures of a row; NAN when an input is missing. */
 double bench_gflops(const bench_row *r);
@@ -96,6 +110,8 @@ void bench_print_first_table(FILE *f, const bench_table *t, int markdown);
 void bench_first_csv_head(FILE *f);
 void bench_first_csv_row(FILE *f, const bench_row *r);
 void bench_first_json(FILE *f, const bench_row *r);
+/* The bf16 line under the table: its peak, and that "% peak" is of it. */
+void bench_print_bf16_peak(FILE *f, const bench_table *t);
 int  bench_write_csv(const char *path, const bench_table *t);
 int  bench_write_markdown(const char *path, const bench_table *t);
 void bench_print_json(FILE *f, const bench_table *t);

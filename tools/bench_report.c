@@ -31,7 +31,8 @@ static const char flops_note[] =
 
 static double pct_peak(const bench_table *t, const bench_row *r)
 {
-    return t->peak_gflops > 0 ? 100.0 * bench_gflops(r) / t->peak_gflops : NAN;
+    const double peak = bench_table_peak(t);
+    return peak > 0 ? 100.0 * bench_gflops(r) / peak : NAN;
 }
 
 /* The columns every writer shares, by index; geometric means skip the
@@ -160,6 +161,8 @@ void bench_print_table(FILE *f, const bench_table *t)
     bench_print_first_table(f, t, 0);
     if (t->peak_gflops > 0)
         fprintf(f, "\nfp32 peak (2048^3 sgemm, this run): %.1f GFLOP/s\n", t->peak_gflops);
+    if (t->bf16)
+        bench_print_bf16_peak(f, t);
     else
         fprintf(f, "\nfp32 peak: not measured\n");
     fprintf(f, "%s\n", flops_note);
@@ -247,6 +250,8 @@ int bench_write_markdown(const char *path, const bench_table *t)
     bench_print_first_table(f, t, 1);
     if (t->peak_gflops > 0)
         fprintf(f, "\nfp32 peak (2048^3 sgemm, this run): %.1f GFLOP/s\n", t->peak_gflops);
+    if (t->bf16)
+        bench_print_bf16_peak(f, t);
     fprintf(f, "\n%s\n", flops_note);
     for (int i = 0; i < t->n; i++)
         if (t->rows[i].note[0])
@@ -287,6 +292,8 @@ void bench_print_json(FILE *f, const bench_table *t)
     fprintf(f, "{\"size\": ");
     json_str(f, t->size);
     json_num(f, "peak_gflops", t->peak_gflops > 0 ? t->peak_gflops : NAN, "%.3f");
+    if (t->bf16)
+        json_num(f, "peak_bf16_gflops", t->peak_bf16_gflops > 0 ? t->peak_bf16_gflops : NAN, "%.3f");
     const bench_row *blas = best_blas(t);
     json_num(f, "torch_blas_gflops", blas ? blas->torch_blas_gflops : NAN, "%.3f");
     fprintf(f, ", \"rows\": [");

@@ -43,6 +43,7 @@ typedef struct inst {
     double trace_ms, execute_ms;   /* lz_metrics' host tracing and device kernel time */
     double build_ms;               /* lz_model_new */
     float loss;
+    int bf16;                /* forward and loss under lz_autocast_begin(LZ_BF16) */
 } inst;
 
 static double now_ms(void)
@@ -117,7 +118,14 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     inst *b = ctx;
     lz_sgd_zero_grad(b->opt);
+    /* as torch.autocast is used: forward and loss in the region, backward
+       and the optimizer outside (the backward products follow the dtype
+       of the forward's operands) */
+    if (b->bf16 && lz_autocast_begin(LZ_BF16) != 0)
+        return -1;
     lz_tensor *loss = lz_model_loss(b->m, in[0], in[1], 1);
+    if (b->bf16)
+        lz_autocast_end();
     if (!loss || lz_backward(loss) != 0 || lz_sgd_step(b->opt) != 0)
         return -1;
     out[0] = loss;
@@ -140,6 +148,7 @@ static int inst_init(inst *b, bench_mode mode, const char *name, const bench_opt
     memset(b, 0, sizeof *b);
     b->mode = mode;
     double t0 = now_ms();
+    b->bf16 = o->bf16;
     b->m = lz_model_new(name, o->size, 1);
     b->build_ms = now_ms() - t0;
     if (!b->m)

@@ -146,6 +146,8 @@ void bench_torch_model(const lz_model_spec *spec, const bench_opts *o, bench_row
     len = strlen(cmd);
     snprintf(cmd + len, sizeof cmd - len, " --classes %lld --steps %ld --warmup %ld",
              (long long)spec->num_classes, o->steps, o->warmup);
+    if (o->bf16)
+        strncat(cmd, " --autocast bf16", sizeof cmd - strlen(cmd) - 1);
 
     fflush(stderr);
     FILE *f = popen(cmd, "r");

@@ -27,7 +27,7 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: lazyc bench [--size smoke|bench] [--models a,b,...]\n"
             "                   [--modes eager,lazy,captured,torch] [--steps N] [--warmup N]\n"
-            "                   [--out DIR] [--json] [--profile]\n\n"
+            "                   [--out DIR] [--json] [--profile] [--dtype f32|bf16]\n\n"
             "Times one training step (forward, cross-entropy, backward, SGD lr 0.01\n"
             "momentum 0.9) of each model in lazyc's eager, lazy and captured modes and\n"
             "in PyTorch eager (when /usr/bin/python3 has torch and torchvision), in the\n"
@@ -42,6 +42,9 @@ static void bench_usage(FILE *f)
             "               the calls that trace)\n"
             "  --out DIR    where bench.csv, bench.md, bench.json and bench.svg go\n"
             "               (default bench-out)\n"
+            "  --dtype D    f32 (default) or bf16: every step's forward and loss under\n"
+            "               lz_autocast_begin(LZ_BF16), PyTorch's under torch.autocast(\"cpu\",\n"
+            "               bfloat16); %% peak is then of a bf16 GEMM measured in this run\n"
             "  --profile    after each model, the captured mode's kernel time by op\n"
             "               (lz_profile_read) on stderr\n"
             "  --json       print the results as one JSON object on stdout (the table\n"
@@ -162,7 +165,8 @@ int lz_cmd_bench(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--size") && strcmp(a, "--models") && strcmp(a, "--modes") &&
-            strcmp(a, "--steps") && strcmp(a, "--warmup") && strcmp(a, "--out"))
+            strcmp(a, "--steps") && strcmp(a, "--warmup") && strcmp(a, "--out") &&
+            strcmp(a, "--dtype"))
             return usage_error("unknown option '%s'", a);
         if (!val)
             return usage_error("%s needs a value", a);
@@ -171,6 +175,9 @@ int lz_cmd_bench(int argc, char **argv)
             if (strcmp(val, "smoke") && strcmp(val, "bench"))
                 return usage_error("--size is smoke or bench, not '%s'", val);
             o.size = val;
+        } else if (strcmp(a, "--dtype") == 0) {
+            if (bench_parse_dtype(val, &o.bf16) != 0)
+                return usage_error("--dtype is f32 or bf16, not '%s'", val);
         } else if (strcmp(a, "--models") == 0) {
             model_list = argv[i];
         } else if (strcmp(a, "--modes") == 0) {
@@ -243,6 +250,9 @@ int lz_cmd_bench(int argc, char **argv)
     fprintf(stderr, "measuring the fp32 peak (sgemm 2048^3)...\n");
     t.peak_gflops = bench_peak_gflops();
     fprintf(stderr, "fp32 peak: %.1f GFLOP/s\n", t.peak_gflops);
+    t.bf16 = o.bf16;
+    if (o.bf16)
+        bench_measure_bf16_peak(&t);
 
     int status = 0, torch_available = 1;
     int lazyc_modes = o.mode_on[BENCH_EAGER] || o.mode_on[BENCH_LAZY] || o.mode_on[BENCH_CAPTURED];
@@ -281,6 +291,8 @@ int lz_cmd_bench(int argc, char **argv)
             again, again > t.peak_gflops ? again : t.peak_gflops);
     if (again > t.peak_gflops)
         t.peak_gflops = again;
+    if (o.bf16)
+        bench_measure_bf16_peak(&t);
 
     FILE *table_out = o.json ? stderr : stdout;
     fprintf(table_out, "\nlazyc bench --size %s: median step ms of %ld interleaved repetitions "

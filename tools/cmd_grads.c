@@ -14,13 +14,16 @@
 static void grads_usage(FILE *f)
 {
     fprintf(f, "usage: lazyc grads --model NAME [--size smoke|bench] [--weights W.safetensors]\n"
-               "                   --inputs I.safetensors --out G.safetensors [--seed N]\n\n"
+               "                   --inputs I.safetensors --out G.safetensors [--seed N]\n"
+               "                   [--dtype f32|bf16]\n\n"
                "Loads the weights (every parameter and buffer by its PyTorch state_dict\n"
                "name; without --weights the model keeps its initialisation from --seed),\n"
                "reads the batch x and y from the inputs file, runs one forward and backward\n"
                "pass in train mode with dropout disabled, and writes `loss` (0-d) and the\n"
                "gradient of every parameter, under the parameter's own name, to --out.\n"
-               "A parameter the loss does not reach gets a zero gradient (PyTorch: None).\n\n"
+               "A parameter the loss does not reach gets a zero gradient (PyTorch: None).\n"
+               "--dtype bf16: the forward and loss under lz_autocast_begin(LZ_BF16), as\n"
+               "PyTorch's torch.autocast(\"cpu\", bfloat16); gradients are f32 either way.\n\n"
                "Exit status: 0 on success, 2 on a bad argument or file, 1 if the run failed.\n");
 }
 
@@ -47,7 +50,7 @@ static void list_models(FILE *f)
     fprintf(f, "\n");
 }
 
-static const char *dt_name(lz_dtype d) { return d == LZ_F32 ? "f32" : d == LZ_I64 ? "i64" : "i32"; }
+static const char *dt_name(lz_dtype d) { return d == LZ_F32 ? "f32" : d == LZ_I64 ? "i64" : d == LZ_BF16 ? "bf16" : "i32"; }
 
 /* x or y of the inputs file, checked against what the model takes; an
    integer x of the other width is cast (PyTorch writes i64 tokens, a
@@ -82,6 +85,7 @@ static lz_tensor *batch_tensor(lz_params *in, const char *path, const char *name
 int lz_cmd_grads(int argc, char **argv)
 {
     const char *model = NULL, *size = "smoke", *weights = NULL, *inputs = NULL, *out = NULL;
+    const char *dtype = "f32";
     long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
@@ -94,6 +98,7 @@ int lz_cmd_grads(int argc, char **argv)
                            : strcmp(opt, "--weights") == 0 ? &weights
                            : strcmp(opt, "--inputs") == 0  ? &inputs
                            : strcmp(opt, "--out") == 0     ? &out
+                           : strcmp(opt, "--dtype") == 0   ? &dtype
                                                            : NULL;
         if (strcmp(opt, "--seed") == 0) {
             if (lz_cli_int("--seed", i + 1 < argc ? argv[++i] : NULL, 0, 2147483647L, &seed) != 0)
@@ -107,6 +112,9 @@ int lz_cmd_grads(int argc, char **argv)
     if (!model) return usage_error("%s is required", "--model");
     if (!inputs) return usage_error("%s is required", "--inputs");
     if (!out) return usage_error("%s is required", "--out");
+    if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0)
+        return usage_error("--dtype is f32 or bf16, not '%s'", dtype);
+    const int bf16 = strcmp(dtype, "bf16") == 0;
     if (strcmp(size, "smoke") != 0 && strcmp(size, "bench") != 0)
         return usage_error("--size needs smoke or bench, got '%s'", size);
     if (!known_model(model)) {
@@ -144,7 +152,9 @@ int lz_cmd_grads(int argc, char **argv)
     }
 
     lz_model_set_dropout(m, 0);
+    if (bf16) lz_autocast_begin(LZ_BF16);
     loss = lz_model_loss(m, x, y, 1);
+    if (bf16) lz_autocast_end();
     if (!loss) {
         /* shapes are checked when ops are recorded: a batch the model
            cannot take fails here, before anything runs */

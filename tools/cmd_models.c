@@ -35,7 +35,7 @@ static const char *grouped(int64_t v, char *buf, size_t cap)
 
 static const char *shape_str(lz_dtype dt, int ndim, const int64_t *shape, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "%s [", dt == LZ_F32 ? "f32" : dt == LZ_I64 ? "i64" : "i32");
+    int n = snprintf(buf, cap, "%s [", dt == LZ_F32 ? "f32" : dt == LZ_I64 ? "i64" : dt == LZ_BF16 ? "bf16" : "i32");
     for (int i = 0; i < ndim && n > 0 && (size_t)n < cap; i++)
         n += snprintf(buf + n, cap - (size_t)n, "%s%" PRId64, i ? ", " : "", shape[i]);
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");

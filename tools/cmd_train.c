@@ -19,7 +19,7 @@
 #include "train.h"
 
 typedef struct train_opts {
-    const char *data, *data_dir, *model, *optimizer, *schedule, *save, *resume, *summary;
+    const char *data, *data_dir, *model, *optimizer, *schedule, *save, *resume, *summary, *dtype;
     long epochs, batch, seed, train_limit, test_limit;
     long schedule_epochs;    /* the cosine schedule's length; 0: see resolve_schedule */
     long save_every, max_steps;
@@ -62,12 +62,15 @@ static void usage(FILE *f)
             "                   [--optimizer adamw|sgd] [--schedule cosine|none] [--seed S]\n"
             "                   [--save CKPT] [--save-every STEPS] [--resume CKPT]\n"
             "                   [--max-steps N] [--summary FILE] [--train-limit N]\n"
-            "                   [--test-limit N] [--schedule-epochs N]\n"
+            "                   [--test-limit N] [--schedule-epochs N] [--dtype f32|bf16]\n"
             "Defaults: cnn, 3 epochs, batch 128, AdamW lr 2e-3 weight decay 5e-4, cosine\n"
             "schedule, seed 1, data in /usr/share/datasets/fashion-mnist, summary in\n"
             "train-out/summary.json. The last partial training batch is dropped; the test\n"
             "set is evaluated whole. resnet18 is torchvision's ResNet-18 with a 3x3 stride-1\n"
             "stem from 1 channel and no max-pool, for 28x28 images (models/resnet.c).\n"
+            "--dtype bf16 runs every forward and loss (training and test) under\n"
+            "lz_autocast_begin(LZ_BF16): convolutions and products on bf16 operands with\n"
+            "float32 accumulation; parameters, gradients and optimizer state stay f32.\n"
             "\n"
             "Checkpoints: --save writes CKPT after every epoch and, with --save-every N,\n"
             "after every N-th training step too; each replaces the last atomically and\n"
@@ -99,7 +102,9 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     trainer *t = ctx;
     if (t->adamw) lz_adamw_zero_grad(t->adamw); else lz_sgd_zero_grad(t->sgd);
+    if (t->bf16 && lz_autocast_begin(LZ_BF16) != 0) return -1;
     lz_tensor *loss = lz_model_loss(t->model, in[0], in[1], 1);
+    if (t->bf16) lz_autocast_end();
     if (!loss || lz_backward(loss) != 0) return -1;
     if (t->size > 1 && lz_dist_average_grads(t->params, t->n_params) != 0) return -1;
     if ((t->adamw ? lz_adamw_step(t->adamw) : lz_sgd_step(t->sgd)) != 0) return -1;
@@ -113,7 +118,9 @@ static int eval_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     trainer *t = ctx;
     lz_no_grad_begin();
+    if (t->bf16) lz_autocast_begin(LZ_BF16);
     out[0] = lz_model_forward(t->model, in[0], 0);
+    if (t->bf16) lz_autocast_end();
     lz_no_grad_end();
     return out[0] ? 0 : -1;
 }
@@ -161,13 +168,15 @@ static int parse(int argc, char **argv, train_opts *o)
 {
     *o = (train_opts){.data = NULL, .data_dir = "/usr/share/datasets/fashion-mnist", .model = "cnn",
                       .optimizer = "adamw", .schedule = "cosine", .summary = "train-out/summary.json",
-                      .epochs = 3, .batch = 128, .seed = 1, .lr = 2e-3, .weight_decay = 5e-4};
+                      .epochs = 3, .batch = 128, .seed = 1, .lr = 2e-3, .weight_decay = 5e-4,
+                      .dtype = "f32"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **str = !strcmp(a, "--data") ? &o->data : !strcmp(a, "--data-dir") ? &o->data_dir
                          : !strcmp(a, "--model") ? &o->model : !strcmp(a, "--optimizer") ? &o->optimizer
                          : !strcmp(a, "--schedule") ? &o->schedule : !strcmp(a, "--save") ? &o->save
-                         : !strcmp(a, "--resume") ? &o->resume : !strcmp(a, "--summary") ? &o->summary : NULL;
+                         : !strcmp(a, "--resume") ? &o->resume : !strcmp(a, "--summary") ? &o->summary
+                         : !strcmp(a, "--dtype") ? &o->dtype : NULL;
         long *num = !strcmp(a, "--epochs") ? &o->epochs : !strcmp(a, "--batch") ? &o->batch
                   : !strcmp(a, "--seed") ? &o->seed : !strcmp(a, "--train-limit") ? &o->train_limit
                   : !strcmp(a, "--test-limit") ? &o->test_limit
@@ -199,6 +208,10 @@ static int parse(int argc, char **argv, train_opts *o)
         for (int i = 0; i < N_TRAIN_MODELS; i++)
             fprintf(stderr, "%s%s", i ? (i == N_TRAIN_MODELS - 1 ? " or " : ", ") : "", train_models[i].cli);
         fprintf(stderr, ")\n");
+        return -1;
+    }
+    if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "bf16")) {
+        fprintf(stderr, "lazyc train: unknown --dtype '%s' (f32 or bf16)\n", o->dtype);
         return -1;
     }
     if (strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd")) {
@@ -572,6 +585,7 @@ int lz_cmd_train(int argc, char **argv)
     r.test = lz_loader_new(te, lo);
     lz_manual_seed((uint64_t)o->seed);
     r.t.model = lz_model_new(zoo_name(o->model), "smoke", (uint64_t)o->seed);
+    r.t.bf16 = !strcmp(o->dtype, "bf16");
     if (!r.train || !r.test || !r.t.model) { fprintf(stderr, "lazyc train: %s\n", lz_last_error()); goto done; }
     r.per_epoch = lz_loader_batches(r.train);
     if (r.per_epoch == 0) {

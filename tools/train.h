@@ -20,6 +20,7 @@ typedef struct trainer {
     long batch;
     lz_tensor **params;
     int n_params;
+    int bf16;                /* --dtype bf16: forward and loss under autocast */
 } trainer;
 
 /* ---- data-parallel (train_dist.c) ---- */

@@ -58,10 +58,11 @@ const char *lz_dtype_name(lz_dtype dtype)
     case LZ_F32: return "f32";
     case LZ_I64: return "i64";
     case LZ_I32: return "i32";
+    case LZ_BF16: return "bf16";
     }
     return "unknown";
 }
 
 /* Here, next to lz_dtype_name, because kernels (backend/cpu) size buffers
    with it and must not call up into the engine. */
-size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : 4; }
+size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : dtype == LZ_BF16 ? 2 : 4; }

@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "base/fault.h"
 
-static size_t dtype_bytes(int dtype) { return dtype == LZ_F32 || dtype == LZ_I32 ? 4 : 8; }
+static size_t dtype_bytes(int dtype) { return lz_dtype_size((lz_dtype)dtype); }
 
 /* Multiply-adds of the ops that dominate a training step, counted once
    here so the benchmark can report achieved GFLOP/s. */

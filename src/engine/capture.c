@@ -45,6 +45,7 @@
 #include "base/metrics.h"
 #include "base/settings.h"
 #include "base/thread.h"
+#include "engine/autocast.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
 #include "ir/graph.h"
@@ -110,6 +111,7 @@ typedef struct trace {
     leaf_key *leaves;
     int warmed_up, captured;
     uint64_t leaf_epoch;     /* lz_capture_leaves_changed count when traced */
+    int autocast;            /* the autocast region's dtype at the call (key) */
     lz_executable *exe;      /* pinned */
     int n_slots;
     binding *slots;          /* per input slot of exe */
@@ -245,6 +247,7 @@ static int first_alias(lz_buffer *const *buf, int k)
 /* The key: does this call look like the one tr was traced on? */
 static int key_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 {
+    if (tr->autocast != (int)lz_autocast_dtype()) return 0;
     for (int k = 0; k < f->n_in; k++) {
         const lz_node *n = in[k]->node;
         if (n->dtype != tr->dtype[k] || n->ndim != tr->ndim[k] ||
@@ -282,6 +285,7 @@ static trace *new_trace(lz_fn *f, lz_tensor *const *in, lz_buffer *const *inbuf)
         memcpy(tr->shape[k], in[k]->node->shape, sizeof tr->shape[k]);
         tr->alias[k] = first_alias(inbuf, k);
     }
+    tr->autocast = (int)lz_autocast_dtype();
     tr->next = f->traces;
     f->traces = tr;
     return tr;
@@ -920,7 +924,9 @@ static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0)
 
 static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, int checking)
 {
-    /* trace only this call's work */
+    /* trace only this call's work; casts autocast kept from before the
+       call would be bound as values, not made by the trace */
+    lz_autocast_cache_clear();
     if (lz_live_count()) {
         lz_live_prune();
         if (lz_live_count()) {
@@ -940,6 +946,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     library_state_made = 0;
     drop_notes();
     int rc = run_function(f, in, out, kept);
+    lz_autocast_cache_clear();   /* not outputs of the trace */
     const char *break_reason = lz_trace_end();
     if (rc != 0) goto done;
 

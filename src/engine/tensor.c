@@ -150,7 +150,7 @@ enum { SHAPE_OK, BAD_DTYPE, BAD_NDIM, NULL_SHAPE, NEGATIVE_DIM, TOO_LARGE };
 
 static int shape_problem(lz_dtype dtype, int ndim, const int64_t *shape, uint64_t *nbytes)
 {
-    if (dtype != LZ_F32 && dtype != LZ_I64 && dtype != LZ_I32) return BAD_DTYPE;
+    if (dtype != LZ_F32 && dtype != LZ_I64 && dtype != LZ_I32 && dtype != LZ_BF16) return BAD_DTYPE;
     if (ndim < 0 || ndim > LZ_MAX_DIMS) return BAD_NDIM;
     if (ndim > 0 && !shape) return NULL_SHAPE;
     uint64_t bytes = lz_dtype_size(dtype), span = bytes;

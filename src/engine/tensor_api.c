@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/random_fill.h"
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/metrics.h"
 #include "base/thread.h"
@@ -80,6 +81,7 @@ lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
     size_t n = b->nbytes / lz_dtype_size(dtype);
     for (size_t i = 0; i < n; i++) {
         if (dtype == LZ_F32) ((float *)b->data)[i] = (float)value;
+        else if (dtype == LZ_BF16) ((uint16_t *)b->data)[i] = lz_f32_to_bf16((float)value);
         else if (dtype == LZ_I64) ((int64_t *)b->data)[i] = (int64_t)value;
         else ((int32_t *)b->data)[i] = (int32_t)value;
     }
@@ -193,11 +195,12 @@ float lz_item(lz_tensor *t)
                   lz_shape_str(s, t->node->ndim, t->node->shape), (long long)lz_node_numel(t->node));
         return NAN;
     }
-    union { float f; int64_t i64; int32_t i32; } v;
+    union { float f; int64_t i64; int32_t i32; uint16_t bf16; } v;
     if (lz_to_host(t, &v, lz_dtype_size((lz_dtype)t->node->dtype))) return NAN;
     switch ((lz_dtype)t->node->dtype) {
     case LZ_I64: return (float)v.i64;
     case LZ_I32: return (float)v.i32;
+    case LZ_BF16: return lz_bf16_to_f32(v.bf16);
     default: return v.f;
     }
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bf16.h"
 #include "base/error.h"
 #include "io/durable.h"
 #include "io/json.h"
@@ -51,23 +52,16 @@ static const st_dtype *find_dtype(const char *name)
     return NULL;
 }
 
-/* The lazyc dtype a file dtype loads as; F16 and BF16 widen exactly. */
-static lz_dtype lz_kind(st_kind k)
+/* The lazyc dtype a file dtype loads as; F16 widens exactly, and BF16
+   too unless keep_bf16. */
+static lz_dtype lz_kind(st_kind k, int keep_bf16)
 {
-    return k == ST_I64 ? LZ_I64 : k == ST_I32 ? LZ_I32 : LZ_F32;
+    return k == ST_I64 ? LZ_I64 : k == ST_I32 ? LZ_I32 : k == ST_BF16 && keep_bf16 ? LZ_BF16 : LZ_F32;
 }
 
 static const char *st_name(lz_dtype d)
 {
-    return d == LZ_I64 ? "I64" : d == LZ_I32 ? "I32" : "F32";
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return d == LZ_I64 ? "I64" : d == LZ_I32 ? "I32" : d == LZ_BF16 ? "BF16" : "F32";
 }
 
 static float f16_to_f32(uint16_t h)
@@ -279,12 +273,13 @@ static int64_t entry_numel(const st_entry *e)
     return n;
 }
 
-/* Reads e's data, widened to its lazyc dtype, into out (numel * lazyc
-   dtype size bytes); raw is scratch of at least the on-disk size. */
-static int st_read_entry(st_file *s, const st_entry *e, void *out, void *raw)
+/* Reads e's data, widened to its lazyc dtype (BF16 kept as it is with
+   keep_bf16), into out (numel * lazyc dtype size bytes); raw is scratch of
+   at least the on-disk size. */
+static int st_read_entry(st_file *s, const st_entry *e, void *out, void *raw, int keep_bf16)
 {
     uint64_t nbytes = e->end - e->begin;
-    int widen = e->dtype->kind == ST_BF16 || e->dtype->kind == ST_F16;
+    int widen = (e->dtype->kind == ST_BF16 && !keep_bf16) || e->dtype->kind == ST_F16;
     void *dst = widen ? raw : out;
     if (nbytes) {
         if (fseeko(s->f, (off_t)(s->data_start + e->begin), SEEK_SET) != 0
@@ -297,7 +292,7 @@ static int st_read_entry(st_file *s, const st_entry *e, void *out, void *raw)
         const uint16_t *h = raw;
         float *f = out;
         if (e->dtype->kind == ST_BF16)
-            for (int64_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
+            for (int64_t i = 0; i < n; i++) f[i] = lz_bf16_to_f32(h[i]);
         else
             for (int64_t i = 0; i < n; i++) f[i] = f16_to_f32(h[i]);
     }
@@ -346,7 +341,8 @@ int lz_safetensors_load(const char *path, lz_params *p, int strict)
         int64_t shape[LZ_MAX_DIMS];
         int nd = lz_ndim(t);
         for (int d = 0; d < nd; d++) shape[d] = lz_dim(t, d);
-        if (lz_kind(e->dtype->kind) != lz_tensor_dtype(t)) {
+        const int keep = lz_tensor_dtype(t) == LZ_BF16;
+        if (lz_kind(e->dtype->kind, keep) != lz_tensor_dtype(t)) {
             snprintf(m, sizeof m, "tensor '%s' is %s in the file but %s in the parameters", name,
                      e->dtype->name, lz_dtype_name(lz_tensor_dtype(t)));
             goto fail;
@@ -387,8 +383,8 @@ int lz_safetensors_load(const char *path, lz_params *p, int strict)
     }
     for (int i = 0; i < np && rc == 0; i++) {
         if (!match[i]) continue;
-        if (st_read_entry(&s, match[i], out, raw)) { rc = -1; break; }
         lz_tensor *t = lz_params_at(p, i);
+        if (st_read_entry(&s, match[i], out, raw, lz_tensor_dtype(t) == LZ_BF16)) { rc = -1; break; }
         size_t nb = (size_t)entry_numel(match[i]) * lz_dtype_size(lz_tensor_dtype(t));
         if (lz_copy_from_host(t, out, nb)) {
             snprintf(m, sizeof m, "tensor '%s': %s", match[i]->name, lz_last_error());
@@ -410,15 +406,14 @@ out:
     return rc;
 }
 
-lz_params *lz_safetensors_read(const char *path)
+static lz_params *read_all(const char *fn, const char *path, int keep_bf16)
 {
-    static const char fn[] = "lz_safetensors_read";
     st_file s;
     if (st_open(&s, fn, path)) return NULL;
     uint64_t max_out = 1, max_raw = 1;
     for (int i = 0; i < s.n; i++) {
         if (check_readable(&s, &s.e[i])) return NULL;
-        uint64_t ob = (uint64_t)entry_numel(&s.e[i]) * lz_dtype_size(lz_kind(s.e[i].dtype->kind));
+        uint64_t ob = (uint64_t)entry_numel(&s.e[i]) * lz_dtype_size(lz_kind(s.e[i].dtype->kind, keep_bf16));
         if (ob > max_out) max_out = ob;
         if (s.e[i].end - s.e[i].begin > max_raw) max_raw = s.e[i].end - s.e[i].begin;
     }
@@ -433,8 +428,8 @@ lz_params *lz_safetensors_read(const char *path)
     }
     for (int i = 0; i < s.n; i++) {
         const st_entry *e = &s.e[i];
-        if (st_read_entry(&s, e, out, raw)) goto fail;
-        lz_tensor *t = lz_from_host(out, lz_kind(e->dtype->kind), e->ndim, e->shape);
+        if (st_read_entry(&s, e, out, raw, keep_bf16)) goto fail;
+        lz_tensor *t = lz_from_host(out, lz_kind(e->dtype->kind, keep_bf16), e->ndim, e->shape);
         if (!lz_params_add(p, e->name, t, 0)) {
             char m[400];
             snprintf(m, sizeof m, "tensor '%s': %s", e->name, lz_last_error());
@@ -451,6 +446,16 @@ fail:
     free(raw);
     lz_params_free(p);
     return NULL;
+}
+
+lz_params *lz_safetensors_read(const char *path)
+{
+    return read_all("lz_safetensors_read", path, 0);
+}
+
+lz_params *lz_safetensors_read_bf16(const char *path)
+{
+    return read_all("lz_safetensors_read_bf16", path, 1);
 }
 
 char *lz_safetensors_read_meta(const char *path, const char *key)

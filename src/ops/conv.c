@@ -9,21 +9,27 @@
 /* iattr layout of CONV2D and its gradients (see ir/ir.h). */
 enum { A_SH, A_SW, A_PH, A_PW, A_DH, A_DW, A_GROUPS, N_ATTR };
 
-static int conv_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
+/* Under autocast x and w are bf16: both gradient products then take the
+   incoming gradient as bf16 too (one cast, shared) and give f32. */
+static int conv_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g32, lz_tensor **gin)
 {
     (void)out;
     lz_tensor *x = ag->in[0], *w = ag->in[1];
+    lz_tensor *g = lz_t_dtype(x) == LZ_BF16 ? lz_cast(g32, LZ_BF16) : lz_retain(g32);
+    if (!g) return -1;
+    int rc = 0;
     if (lz_needs_grad(x)) {
         lz_tensor *in[2] = {g, w};
         gin[0] = lz_record(LZ_OP_CONV2D_GRAD_INPUT, LZ_F32, 4, lz_t_shape(x), 2, in, &ag->attrs);
-        if (!gin[0]) return -1;
+        if (!gin[0]) rc = -1;
     }
-    if (lz_needs_grad(w)) {
+    if (rc == 0 && lz_needs_grad(w)) {
         lz_tensor *in[2] = {x, g};
         gin[1] = lz_record(LZ_OP_CONV2D_GRAD_WEIGHT, LZ_F32, 4, lz_t_shape(w), 2, in, &ag->attrs);
-        if (!gin[1]) return -1;
+        if (!gin[1]) rc = -1;
     }
-    return 0;
+    lz_free(g);
+    return rc;
 }
 
 /* Output extent of one spatial axis, or -1 when the dilated kernel does not
@@ -39,8 +45,16 @@ lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
 {
     lz_tensor *in[2] = {x, w};
     if (lz_check_operands("lz_conv2d", 2, in)) return NULL;
-    if (!lz_require_f32("lz_conv2d", x) || !lz_require_f32("lz_conv2d", w)) return NULL;
+    if (!lz_require_float("lz_conv2d", x) || !lz_require_float("lz_conv2d", w)) return NULL;
     if (b && !lz_require_f32("lz_conv2d", b)) return NULL;
+    const lz_dtype pd = lz_product_dtype(x, w);
+    if (lz_t_dtype(x) != pd || lz_t_dtype(w) != pd) {
+        lz_tensor *x2 = lz_product_operand(x, pd), *w2 = lz_product_operand(w, pd);
+        lz_tensor *r = x2 && w2 ? lz_conv2d(x2, w2, b, o) : NULL;
+        lz_free(x2);
+        lz_free(w2);
+        return r;
+    }
     char sx[96], sw[96], sb[96];
     lz_shape_str(sx, lz_t_ndim(x), lz_t_shape(x));
     lz_shape_str(sw, lz_t_ndim(w), lz_t_shape(w));

@@ -28,18 +28,28 @@ static lz_tensor *matmul_t(lz_tensor *a, int ta, lz_tensor *b, int tb)
     return lz_record(LZ_OP_MATMUL, LZ_F32, nbatch + 2, s, 2, in, &at);
 }
 
-static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
+/* The incoming gradient as the backward products' operand: bf16 when the
+   forward's were (autocast: both backward products in bf16, f32 out). */
+static lz_tensor *grad_operand(lz_tensor *gout, const lz_tensor *a)
+{
+    return lz_t_dtype(a) == LZ_BF16 ? lz_cast(gout, LZ_BF16) : lz_retain(gout);
+}
+
+static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g32, lz_tensor **gin)
 {
     (void)out;
     lz_tensor *a = ag->in[0], *b = ag->in[1];
     int na = lz_t_ndim(a), nb = lz_t_ndim(b);
+    lz_tensor *gout = grad_operand(g32, a);
+    if (!gout) return -1;
+    int rc = 0;
     if (lz_needs_grad(a)) {
         lz_tensor *ga = matmul_t(gout, 0, b, 1);                /* g @ b^T */
         gin[0] = ga ? lz_reduce_to_like(ga, a) : NULL;
         lz_free(ga);
-        if (!gin[0]) return -1;
+        if (!gin[0]) rc = -1;
     }
-    if (lz_needs_grad(b)) {
+    if (rc == 0 && lz_needs_grad(b)) {
         if (nb == 2 && na > 2) {
             /* b was shared by every batch: fold the batch into the rows so
                the sum over the batch happens inside one product. */
@@ -54,9 +64,10 @@ static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_
             gin[1] = gb ? lz_reduce_to_like(gb, b) : NULL;
             lz_free(gb);
         }
-        if (!gin[1]) return -1;
+        if (!gin[1]) rc = -1;
     }
-    return 0;
+    lz_free(gout);
+    return rc;
 }
 
 static void inner_mismatch(lz_tensor *a, lz_tensor *b, int64_t ka, int64_t kb)
@@ -95,7 +106,15 @@ lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b)
 {
     lz_tensor *in[2] = {a, b};
     if (lz_check_operands("lz_matmul", 2, in)) return NULL;
-    if (!lz_require_f32("lz_matmul", a) || !lz_require_f32("lz_matmul", b)) return NULL;
+    if (!lz_require_float("lz_matmul", a) || !lz_require_float("lz_matmul", b)) return NULL;
+    const lz_dtype pd = lz_product_dtype(a, b);
+    if (lz_t_dtype(a) != pd || lz_t_dtype(b) != pd) {
+        lz_tensor *a2 = lz_product_operand(a, pd), *b2 = lz_product_operand(b, pd);
+        lz_tensor *r = a2 && b2 ? lz_matmul(a2, b2) : NULL;
+        lz_free(a2);
+        lz_free(b2);
+        return r;
+    }
     int na = lz_t_ndim(a), nb = lz_t_ndim(b);
     const int64_t *sa = lz_t_shape(a), *sb = lz_t_shape(b);
     if (na == 0 || nb == 0) {
@@ -142,31 +161,43 @@ lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b)
 
 /* y = x @ w^T with x [..., in] folded to [rows, in]: gx = g @ w and
    gw = g^T @ x, both one product over all rows, no transposed copies. */
-static int linear_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
+static int linear_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g32, lz_tensor **gin)
 {
     (void)out;
     lz_tensor *x = ag->in[0], *w = ag->in[1];
+    lz_tensor *gout = grad_operand(g32, x);
+    if (!gout) return -1;
+    int rc = 0;
     if (lz_needs_grad(x) && !(gin[0] = matmul_t(gout, 0, w, 0)))
-        return -1;
-    if (lz_needs_grad(w)) {
+        rc = -1;
+    if (rc == 0 && lz_needs_grad(w)) {
         int64_t xs[2] = {-1, lz_t_shape(x)[lz_t_ndim(x) - 1]};
         int64_t gs[2] = {-1, lz_t_shape(gout)[lz_t_ndim(gout) - 1]};
         lz_tensor *x2 = lz_reshape(x, 2, xs), *g2 = lz_reshape(gout, 2, gs);
         gin[1] = matmul_t(g2, 1, x2, 0);
         lz_free(x2);
         lz_free(g2);
-        if (!gin[1]) return -1;
+        if (!gin[1]) rc = -1;
     }
-    return 0;
+    lz_free(gout);
+    return rc;
 }
 
 lz_tensor *lz_linear(lz_tensor *x, lz_tensor *weight, lz_tensor *bias)
 {
     lz_tensor *in[2] = {x, weight};
     if (lz_check_operands("lz_linear", 2, in)) return NULL;
-    if (!lz_require_f32("lz_linear", x) || !lz_require_f32("lz_linear", weight) ||
+    if (!lz_require_float("lz_linear", x) || !lz_require_float("lz_linear", weight) ||
         (bias && !lz_require_f32("lz_linear", bias)))
         return NULL;
+    const lz_dtype pd = lz_product_dtype(x, weight);
+    if (lz_t_dtype(x) != pd || lz_t_dtype(weight) != pd) {
+        lz_tensor *x2 = lz_product_operand(x, pd), *w2 = lz_product_operand(weight, pd);
+        lz_tensor *r = x2 && w2 ? lz_linear(x2, w2, bias) : NULL;
+        lz_free(x2);
+        lz_free(w2);
+        return r;
+    }
     int nx = lz_t_ndim(x);
     const int64_t *sx = lz_t_shape(x), *sw = lz_t_shape(weight);
     char bx[96], bw[96];

@@ -17,6 +17,17 @@ int64_t lz_shape_numel(int ndim, const int64_t *shape);
 /* 1 if the dtype is f32; otherwise sets "op: dtype X not supported (f32 only)". */
 int lz_require_f32(const char *op, const lz_tensor *t);
 
+/* 1 if the dtype is f32 or bf16 (a product's operand); otherwise sets
+   "op: dtype X not supported (f32 or bf16 only)". */
+int lz_require_float(const char *op, const lz_tensor *t);
+/* The dtype a product (matmul, linear, conv2d) computes on: bf16 inside
+   a bf16 autocast region or when either operand is bf16, else f32. */
+lz_dtype lz_product_dtype(const lz_tensor *a, const lz_tensor *b);
+/* x as an operand of dtype dt: a new handle to x when it is dt already,
+   else its cast (a parameter's from the region's cache: made once, shared
+   by every use). ops/autocast.c. */
+lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt);
+
 static inline int lz_t_ndim(const lz_tensor *t) { return t->node->ndim; }
 static inline const int64_t *lz_t_shape(const lz_tensor *t) { return t->node->shape; }
 static inline lz_dtype lz_t_dtype(const lz_tensor *t) { return (lz_dtype)t->node->dtype; }

@@ -9,6 +9,7 @@
 #include "backend/memory.h"
 #include "base/error.h"
 #include "base/thread.h"
+#include "engine/autocast.h"
 #include "engine/cache.h"
 #include "engine/capture.h"
 #include "engine/step.h"
@@ -25,6 +26,7 @@ void lz_shutdown(void)
         return;
     }
     lz_executor_shutdown();
+    lz_autocast_shutdown();   /* its cached casts before the scopes go */
     lz_scope_shutdown();
     lz_autograd_shutdown();
     lz_nn_consts_shutdown();

@@ -631,6 +631,10 @@ int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_instr *s)
 
 static const char *k_conv2d(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
+    /* bf16 steps have a prepared state (k_dnnl_conv.c); without one (out
+       of memory) they cannot be read as float32 */
+    if (p->values[s->in[0]].dtype != LZ_F32 || p->values[s->in[1]].dtype != LZ_F32)
+        return "lz_conv2d: a bf16 step without its prepared state (out of memory?)";
     return lz_cpu_conv_run(p, s, ptrs, LZ_CONV_BY_RULE);
 }
 

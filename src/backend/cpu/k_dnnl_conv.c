@@ -69,7 +69,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/kernels.h"
+#include "base/bf16.h"
 #include "base/metrics.h"
 #include "base/op.h"
 #include "base/settings.h"
@@ -103,6 +105,8 @@ static int64_t locked_read(const int64_t *counter)
 }
 
 int64_t lz_dnnl_conv_created(void) { return locked_read(&created); }
+static int64_t bf16_by_library, bf16_widened;   /* bf16 steps run, ever (tests) */
+int64_t lz_cpu_bf16_conv_count(int library) { return locked_read(library ? &bf16_by_library : &bf16_widened); }
 int64_t lz_dnnl_conv_winograd(void) { return locked_read(&winograd); }
 
 void lz_dnnl_conv_trim(void)
@@ -130,6 +134,8 @@ typedef struct dnnl_conv {
     dnnl_memory_t plain[3], inner[3], scratchpad;
     size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the step's scratch */
     int arg[3], value[3];
+    int widen;                     /* bf16 operands widened into the scratch, k_conv.c runs */
+    int bf16;                      /* prim is a bf16 primitive (counted when run) */
 } dnnl_conv;
 
 static int take_engine(void)
@@ -229,7 +235,16 @@ static dnnl_primitive_desc_t make_pd(lz_op op, dnnl_alg_kind_t alg, const dnnl_m
 {
     dnnl_convolution_desc_t fd, bd;
     dnnl_primitive_desc_t fpd = NULL, pd = NULL;
-    if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, x, w, NULL, y,
+    /* a bf16 backward step's hint is the bf16 forward (bf16 in, bf16 out:
+       the forward with an f32 source oneDNN has not) */
+    dnnl_memory_desc_t xh = *x, wh = *w, yh = *y;
+    const int bf16 = x->data_type == dnnl_bf16 || w->data_type == dnnl_bf16 ||
+                     y->data_type == dnnl_bf16;
+    if (bf16 && op != LZ_OP_CONV2D) xh.data_type = wh.data_type = yh.data_type = dnnl_bf16;
+    if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg,
+                                                   op == LZ_OP_CONV2D ? x : &xh,
+                                                   op == LZ_OP_CONV2D ? w : &wh, NULL,
+                                                   op == LZ_OP_CONV2D ? y : &yh,
                                                    st, dil, pl, pr) != dnnl_success ||
         dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL) != dnnl_success)
         return NULL;
@@ -287,7 +302,9 @@ static int conv_operands(const lz_program *p, const lz_instr *s, const lz_value 
     *Y = &p->values[vy];
     const lz_value *v[3] = {*X, *W, *Y};
     for (int k = 0; k < 3; k++)
-        if (v[k]->dtype != LZ_F32 || v[k]->ndim != 4 || v[k]->numel == 0) return 0;
+        if ((v[k]->dtype != LZ_F32 && v[k]->dtype != LZ_BF16) || v[k]->ndim != 4 ||
+            v[k]->numel == 0)
+            return 0;
     return s->iattr[6] >= 1;
 }
 
@@ -327,10 +344,11 @@ static int make_descs(conv_descs *d, const lz_instr *s, const lz_value *X, const
         const int64_t *dm = weight && G > 1 ? wg : dims[k];
         const dnnl_format_tag_t tag = weight ? (G > 1 ? dnnl_goihw : dnnl_oihw)
                                     : block[k] ? blocked_tag(block[k]) : dnnl_nchw;
+        const dnnl_data_type_t dt = v[k]->dtype == LZ_BF16 ? dnnl_bf16 : dnnl_f32;
         bad |= tag == dnnl_format_tag_undef ||
-               dnnl_memory_desc_init_by_tag(&d->plain[k], nd, dm, dnnl_f32, tag) != dnnl_success;
+               dnnl_memory_desc_init_by_tag(&d->plain[k], nd, dm, dt, tag) != dnnl_success;
         if (!bad && !weight && block[k]) d->ask[k] = d->plain[k];
-        else bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], nd, dm, dnnl_f32,
+        else bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], nd, dm, dt,
                                                  dnnl_format_tag_any) != dnnl_success;
     }
     return bad;
@@ -345,7 +363,8 @@ static int make_descs(conv_descs *d, const lz_instr *s, const lz_value *X, const
 static int winograd_fits(const conv_descs *d)
 {
     const dnnl_memory_desc_t *x = &d->plain[0], *w = &d->plain[1], *y = &d->plain[2];
-    if (!lz_winograd_enabled() || w->ndims != 4 || w->dims[2] != 3 || w->dims[3] != 3 ||
+    if (!lz_winograd_enabled() || w->data_type != dnnl_f32 || w->ndims != 4 || w->dims[2] != 3 ||
+        w->dims[3] != 3 ||
         d->st[0] != 1 || d->st[1] != 1 || d->dil[0] || d->dil[1])
         return 0;
     const int64_t per_image = ((y->dims[2] + 3) / 4) * ((y->dims[3] + 3) / 4);
@@ -383,6 +402,7 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
 {
     const lz_value *X, *W, *Y;
     if (!lz_dnnl_conv_enabled() || !conv_operands(p, s, &X, &W, &Y)) return 0;
+    if (X->dtype != LZ_F32 || W->dtype != LZ_F32 || Y->dtype != LZ_F32) return 0;
     /* an image's 3 channels stay plain; the first conv's output need not */
     const int block[3] = {X->shape[1] % b ? 0 : b, 0, Y->shape[1] % b ? 0 : b};
     if ((!block[0] && !block[2]) || !take_engine()) return 0;
@@ -454,6 +474,44 @@ static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
     return bad;
 }
 
+/* A bf16 step where oneDNN has no bf16 kernel: its bf16 operands widened
+   (exactly) into the scratch, then k_conv.c's float32 path. */
+static size_t widened_bytes(const lz_program *p, const lz_instr *s)
+{
+    size_t n = 0;
+    for (int k = 0; k < s->n_in; k++)
+        if (p->values[s->in[k]].dtype == LZ_BF16) n += align64(sizeof(float) * (size_t)p->values[s->in[k]].numel);
+    return n;
+}
+
+static const char *run_widened(const lz_program *p, const lz_instr *s, void *const *ptrs,
+                               void *scratch)
+{
+    void **wp = malloc(sizeof *wp * (size_t)p->n_values);
+    if (!wp) return "lz_conv2d: out of memory widening bf16 operands";
+    if (!scratch) {
+        free(wp);
+        return "lz_conv2d: no scratch for widened bf16 operands (the memory plan gave none)";
+    }
+    memcpy(wp, ptrs, sizeof *wp * (size_t)p->n_values);
+    char *at = scratch;
+    for (int k = 0; k < s->n_in; k++) {
+        const lz_value *v = &p->values[s->in[k]];
+        if (v->dtype != LZ_BF16) continue;
+        const uint16_t *h = ptrs[s->in[k]];
+        float *f = (float *)at;
+        LZ_PAR_FOR(v->numel > 65536, i, v->numel, { f[i] = lz_bf16_to_f32(h[i]); });
+        wp[s->in[k]] = f;
+        at += align64(sizeof(float) * (size_t)v->numel);
+    }
+    const char *err = lz_cpu_conv_run(p, s, wp, LZ_CONV_BY_RULE);
+    free(wp);
+    pthread_mutex_lock(&lock);
+    bf16_widened++;
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
 static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 {
     dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
@@ -464,6 +522,7 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
                             void *scratch)
 {
     dnnl_conv *c = state;
+    if (c->widen) return run_widened(p, s, ptrs, scratch);
     if (c->rows) return lz_cpu_conv_rows(p, s, ptrs, scratch);
     if (!c->prim) return lz_cpu_conv_run(p, s, ptrs, c->path);
     char *block = scratch;
@@ -481,6 +540,11 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
         dnnl_exec_arg_t a[4] = {{c->arg[0], c->inner[0]}, {c->arg[1], c->inner[1]},
                                 {c->arg[2], c->inner[2]}, {DNNL_ARG_SCRATCHPAD, c->scratchpad}};
         bad = dnnl_primitive_execute(c->prim, stream, 4, a) != dnnl_success;
+    }
+    if (c->bf16) {
+        pthread_mutex_lock(&lock);
+        bf16_by_library++;
+        pthread_mutex_unlock(&lock);
     }
     if (!bad && c->reorder[2]) bad = reorder(c->reorder[2], c->inner[2], c->plain[2]);
     if (!bad) bad = dnnl_stream_wait(stream) != dnnl_success;
@@ -634,10 +698,35 @@ static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_instr *
     return c;
 }
 
+/* A step on bf16 operands (autocast) runs on oneDNN's bf16 primitive,
+   whatever LZ_DNNL_CONV says (lazyc's own kernels are float32), or where
+   oneDNN has no jit one for bf16, widened to float32. */
+static void *prepare_bf16(const lz_program *p, const lz_instr *s)
+{
+    dnnl_conv *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    lz_cpu_bf16_notice();
+    /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1
+       (jit_bf16, f32 diff weights) ran 10-40x slower than widening to f32
+       for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step) */
+    const lz_value *W = &p->values[s->op == LZ_OP_CONV2D_GRAD_WEIGHT ? s->out : s->in[1]];
+    const int slow = s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
+    if (!slow && lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
+        c->bf16 = 1;
+        count_created(c);
+        return c;
+    }
+    drop_primitive(c);
+    c->widen = 1;
+    c->bytes = widened_bytes(p, s);
+    return c;
+}
+
 static void *conv_prepare(const lz_program *p, const lz_instr *s)
 {
     const lz_value *X, *W, *Y;
     if (!conv_operands(p, s, &X, &W, &Y)) return NULL;
+    if (X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16) return prepare_bf16(p, s);
     const lz_op op = (lz_op)s->op;
     const int64_t G = s->iattr[6], Cg = X->shape[1] / G, taps = W->shape[2] * W->shape[3];
     const int mode = lz_dnnl_conv_enabled(), depthwise = Cg == 1 && G > 1;
@@ -677,7 +766,7 @@ static int runs_library(const void *state) { return ((const dnnl_conv *)state)->
 static size_t scratch_bytes(const void *state)
 {
     const dnnl_conv *c = state;
-    return c->prim || c->rows ? c->bytes : 0;
+    return c->prim || c->rows || c->widen ? c->bytes : 0;
 }
 
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/activation.h"
+#include "base/bf16.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vec_math.h"
 
@@ -245,6 +246,11 @@ ROW1(cast_i64_i32, int32_t, int64_t, x)
 ROW1(cast_i32_f32, float, int32_t, x)
 ROW1(cast_i32_i64, int64_t, int32_t, x)
 ROW1(cast_i32_i32, int32_t, int32_t, x)
+/* bf16: only to and from f32 (what autocast and lz_cast need); the
+   rounding is base/bf16.h's */
+ROW1(cast_f32_bf16, uint16_t, float, lz_f32_to_bf16(x))
+ROW1(cast_bf16_f32, float, uint16_t, lz_bf16_to_f32(x))
+ROW1(cast_bf16_bf16, uint16_t, uint16_t, x)
 
 #define BIN_ALL(op, EXPR)                                                                 \
     ROW2(op##_f32, float, float, EXPR)                                                    \
@@ -314,6 +320,8 @@ static row_fn pick_row(const lz_program *p, const lz_instr *s)
         {where_f32_w4, where_f32_w8}, {where_i64_w4, where_i64_w8}, {where_i32_w4, where_i32_w8},
     };
     int ti = p->values[s->in[0]].dtype, to = p->values[s->out].dtype;
+    if (s->op == LZ_OP_CAST && (ti == LZ_BF16 || to == LZ_BF16))
+        return ti == to ? cast_bf16_bf16 : ti == LZ_F32 ? cast_f32_bf16 : to == LZ_F32 ? cast_bf16_f32 : NULL;
     if (ti > LZ_I32 || to > LZ_I32) return NULL;
     int f32 = ti == LZ_F32;
     switch ((lz_op)s->op) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vec_math.h"
 
@@ -54,10 +55,16 @@ static int64_t batch_numel(const lz_value *v)
    (a backward rule asks for a^T or b^T without copying it). */
 static const char *k_matmul(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
+    if (p->values[s->in[0]].dtype == LZ_BF16 || p->values[s->in[1]].dtype == LZ_BF16)
+        return lz_cpu_matmul_bf16(p, s, ptrs);
+    return lz_cpu_matmul_f32(p, s, ptrs[s->in[0]], ptrs[s->in[1]], ptrs[s->out]);
+}
+
+const char *lz_cpu_matmul_f32(const lz_program *p, const lz_instr *s, const float *A,
+                              const float *B, float *C)
+{
     const lz_value *va = &p->values[s->in[0]], *vb = &p->values[s->in[1]];
     const lz_value *vo = &p->values[s->out];
-    const float *A = ptrs[s->in[0]], *B = ptrs[s->in[1]];
-    float *C = ptrs[s->out];
     const int ta = s->iattr[0] != 0, tb = s->iattr[1] != 0;
     const int64_t M = vo->shape[vo->ndim - 2], N = vo->shape[vo->ndim - 1];
     const int64_t K = ta ? va->shape[va->ndim - 2] : va->shape[va->ndim - 1];

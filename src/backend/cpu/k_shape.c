@@ -15,7 +15,7 @@
 
 static size_t elsize(const lz_value *v)
 {
-    return v->dtype == LZ_I64 ? 8 : 4;
+    return (int)lz_dtype_size((lz_dtype)v->dtype);
 }
 
 /* Merges adjacent output axes whose input strides are contiguous with each
@@ -83,6 +83,7 @@ static void NAME(const T *src, T *dst, int k, const int64_t *sz, const int64_t *
     }                                                                                     \
 }
 
+DEFINE_TRANSPOSE(transpose2, uint16_t)
 DEFINE_TRANSPOSE(transpose4, uint32_t)
 DEFINE_TRANSPOSE(transpose8, uint64_t)
 
@@ -100,6 +101,7 @@ static void NAME(const T *src, T *dst, int k, const int64_t *sz, const int64_t *
     }                                                                                     \
 }
 
+DEFINE_GENERIC(generic2, uint16_t)
 DEFINE_GENERIC(generic4, uint32_t)
 DEFINE_GENERIC(generic8, uint64_t)
 
@@ -132,9 +134,11 @@ static void gather(const void *src, void *dst, size_t es, int nd, const int64_t 
         if (st[d] == 1) j = d;
     if (j >= 0) {
         if (es == 8) transpose8(src, dst, k, sz, st, j, numel);
+        else if (es == 2) transpose2(src, dst, k, sz, st, j, numel);
         else transpose4(src, dst, k, sz, st, j, numel);
     } else {
         if (es == 8) generic8(src, dst, k, sz, st, numel);
+        else if (es == 2) generic2(src, dst, k, sz, st, numel);
         else generic4(src, dst, k, sz, st, numel);
     }
 }

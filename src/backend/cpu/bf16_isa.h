@@ -1,0 +1,29 @@
+/* How this CPU runs bf16 products, as oneDNN sees it (DNNL_MAX_CPU_ISA
+ * caps it), and the one notice that says so when it is not native. */
+#ifndef LZ_CPU_BF16_ISA_H
+#define LZ_CPU_BF16_ISA_H
+
+#include <stdint.h>
+
+#include "compile/program.h"
+
+enum { LZ_BF16_NATIVE, LZ_BF16_EMULATED, LZ_BF16_WIDENED };
+/* LZ_BF16_NATIVE: AVX512_BF16 (or AMX) instructions; EMULATED: AVX-512
+   without them (oneDNN emulates, bf16 still moves half the bytes);
+   WIDENED: below AVX-512, where oneDNN has reference code only and
+   lazyc widens bf16 operands to float32 for its float32 kernels. */
+int lz_cpu_bf16_way(void);
+/* Prints, once per process, the notice of a non-native way. */
+void lz_cpu_bf16_notice(void);
+
+/* The bf16 MATMUL kernel (k_matmul_bf16.c) and the float32 one it falls
+   back on (k_linalg.c), on explicit operand pointers. */
+const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *const *ptrs);
+const char *lz_cpu_matmul_f32(const lz_program *p, const lz_instr *s, const float *A,
+                              const float *B, float *C);
+/* bf16 products run by oneDNN (library 1) or widened to float32 (0), ever
+   (tests). */
+int64_t lz_cpu_bf16_matmul_count(int library);
+int64_t lz_cpu_bf16_conv_count(int library);
+
+#endif

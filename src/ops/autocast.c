@@ -1,0 +1,35 @@
+/* Autocast's operand casts for the products (matmul, linear, conv2d and
+ * so attention): inside a bf16 region they take bf16 operands and give
+ * float32 (oneDNN accumulates in float32); every other op keeps float32,
+ * as on PyTorch's CPU autocast lists. A parameter is cast once per region
+ * (engine/autocast.c keeps the cast), so every use, and the backward
+ * products, read the same bf16 copy. */
+#include "base/error.h"
+#include "engine/autocast.h"
+#include "ops/ops_util.h"
+
+int lz_require_float(const char *op, const lz_tensor *t)
+{
+    if (lz_t_dtype(t) == LZ_F32 || lz_t_dtype(t) == LZ_BF16) return 1;
+    lz_errorf("%s: dtype %s not supported (f32 or bf16 only)", op, lz_dtype_name(lz_t_dtype(t)));
+    return 0;
+}
+
+lz_dtype lz_product_dtype(const lz_tensor *a, const lz_tensor *b)
+{
+    if (lz_autocast_dtype() == LZ_BF16) return LZ_BF16;
+    return lz_t_dtype(a) == LZ_BF16 || (b && lz_t_dtype(b) == LZ_BF16) ? LZ_BF16 : LZ_F32;
+}
+
+lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt)
+{
+    if (!x) return NULL;
+    if (lz_t_dtype(x) == dt) return lz_retain(x);
+    lz_tensor *c = lz_autocast_cached(x);
+    if (c) return lz_retain(c);
+    c = lz_cast(x, dt);
+    /* the cache keeps the creation handle, the caller gets another */
+    if (c && dt == LZ_BF16 && lz_autocast_dtype() == LZ_BF16 && lz_autocast_cache_put(x, c) == 0)
+        return lz_retain(c);
+    return c;
+}

@@ -1,0 +1,248 @@
+/* Autocast (lz_autocast_begin(LZ_BF16)): which ops see bf16 (the products
+ * forward and backward, counted by the bf16 kernels; their results equal
+ * the float32 product of bf16-rounded operands), which stay float32 (bit
+ * for bit what they give outside a region), a parameter cast once however
+ * often used, gradients float32, the region kept by a captured step and
+ * part of its key, and errors. Runs under DNNL_MAX_CPU_ISA=AVX2 too
+ * (test_autocast_avx2), where the products are widened to float32. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/bf16_isa.h"
+#include "testlib.h"
+
+static int64_t products(void) { return lz_cpu_bf16_matmul_count(0) + lz_cpu_bf16_matmul_count(1) +
+                                       lz_cpu_bf16_conv_count(0) + lz_cpu_bf16_conv_count(1); }
+
+static lz_tensor *rounded(lz_tensor *x)   /* x through bf16 and back, no gradient */
+{
+    lz_tensor *h = lz_cast(x, LZ_BF16), *f = lz_cast(h, LZ_F32);
+    lz_free(h);
+    return f;
+}
+
+typedef lz_tensor *(*prod_fn)(lz_tensor *x, lz_tensor *w);
+static lz_tensor *p_matmul(lz_tensor *x, lz_tensor *w) { return lz_matmul(x, w); }
+static lz_tensor *p_linear(lz_tensor *x, lz_tensor *w) { return lz_linear(x, w, NULL); }
+static lz_tensor *p_conv(lz_tensor *x, lz_tensor *w)
+{
+    lz_conv2d_opts o = {.padding = {1, 1}};
+    return lz_conv2d(x, w, NULL, o);
+}
+static lz_tensor *p_attention(lz_tensor *x, lz_tensor *w)
+{
+    return lz_attention(x, w, w, NULL, 0.25f);
+}
+
+/* One product in and out of a region: forward and both backward products
+   run on bf16 (n_products counted), the result is f32 and equals the f32
+   product of the rounded operands; gradients are f32 and near f32's. */
+static void product(const char *name, prod_fn f, int nx, const int64_t *sx, int nw,
+                    const int64_t *sw, int n_products)
+{
+    lz_scope_begin();
+    lz_tensor *x = lz_test_rand(1, -1, 1, nx, sx), *w = lz_test_rand(2, -1, 1, nw, sw);
+    lz_requires_grad(x, 1);
+    lz_requires_grad(w, 1);
+    int64_t p0 = products();
+    CHECK(lz_autocast_begin(LZ_BF16) == 0);
+    lz_tensor *y = f(x, w);
+    CHECK(y && lz_tensor_dtype(y) == LZ_F32);
+    lz_tensor *loss = lz_sum(lz_mul(y, y));
+    CHECK(lz_autocast_end() == 0);
+    CHECK(lz_backward(loss) == 0);
+    lz_mark_step();   /* one graph: each product once */
+    float *yv = lz_test_read(y);
+    lz_tensor *gx = lz_grad(x), *gw = lz_grad(w);
+    CHECK(gx && gw && lz_tensor_dtype(gx) == LZ_F32 && lz_tensor_dtype(gw) == LZ_F32);
+    float *gxv = lz_test_read(gx), *gwv = lz_test_read(gw);
+    int64_t used = products() - p0;
+    if (used != n_products) fprintf(stderr, "%s: %lld bf16 products, want %d\n", name, (long long)used, n_products);
+    CHECK_EQ_I(used, n_products);
+    /* reference: f32 on rounded operands, and plain f32 */
+    lz_tensor *xr = rounded(x), *wr = rounded(w);
+    lz_tensor *yr = f(xr, wr);
+    float *yrv = lz_test_read(yr);
+    lz_zero_grad(x);
+    lz_zero_grad(w);
+    lz_tensor *y32 = f(x, w);
+    lz_tensor *l32 = lz_sum(lz_mul(y32, y32));
+    CHECK(lz_backward(l32) == 0);
+    float *y32v = lz_test_read(y32), *gx32 = lz_test_read(lz_grad(x)), *gw32 = lz_test_read(lz_grad(w));
+    int64_t ny = lz_numel(y);
+    double e_r = lz_test_rel_err(yv, yrv, ny), e_32 = lz_test_rel_err(yv, y32v, ny);
+    fprintf(stderr, "%s: vs rounded f32 %.2e, vs f32 %.2e\n", name, e_r, e_32);
+    /* bf16 operands, f32 accumulation (attention also rounds the
+       probabilities it multiplies by v) */
+    CHECK(n_products == 6 || e_r < 1e-5);
+    CHECK(e_32 > 1e-5);    /* and not f32 operands */
+    CHECK(e_32 < 3e-2);
+    CHECK(lz_test_rel_err(gxv, gx32, lz_numel(x)) < 5e-2);
+    CHECK(lz_test_rel_err(gwv, gw32, lz_numel(w)) < 5e-2);
+    free(yv); free(gxv); free(gwv); free(yrv); free(y32v); free(gx32); free(gw32);
+    lz_scope_end();
+}
+
+/* ops off the list give the same bits in a region as outside */
+static void float32_list(void)
+{
+    lz_scope_begin();
+    int64_t s[2] = {6, 10}, s4[4] = {2, 3, 4, 4};
+    lz_tensor *x = lz_test_rand(3, -2, 2, 2, s), *x4 = lz_test_rand(4, -2, 2, 4, s4);
+    int64_t ts[1] = {6};
+    int64_t tv[6] = {1, 0, 3, 9, 2, 5};
+    lz_tensor *t = lz_from_host(tv, LZ_I64, 1, ts);
+    lz_tensor *out[2][7];
+    int64_t p0 = products();
+    for (int r = 0; r < 2; r++) {
+        if (r) lz_autocast_begin(LZ_BF16);
+        out[r][0] = lz_softmax(x, 1);
+        out[r][1] = lz_log_softmax(x, 1);
+        out[r][2] = lz_layer_norm(x, 1, NULL, NULL, 1e-5f);
+        out[r][3] = lz_cross_entropy(x, t);
+        out[r][4] = lz_sum(x);
+        out[r][5] = lz_batch_norm(x4, NULL, NULL, NULL, NULL, 1, 0.1f, 1e-5f);
+        out[r][6] = lz_add(lz_exp(x), x);
+        if (r) lz_autocast_end();
+    }
+    for (int k = 0; k < 7; k++) {
+        CHECK(lz_tensor_dtype(out[1][k]) == LZ_F32);
+        float *a = lz_test_read(out[0][k]), *b = lz_test_read(out[1][k]);
+        CHECK(a && b && memcmp(a, b, sizeof(float) * (size_t)lz_numel(out[0][k])) == 0);
+        free(a);
+        free(b);
+    }
+    CHECK_EQ_I(products() - p0, 0);
+    lz_scope_end();
+}
+
+/* A parameter used twice is cast once (and its cast shared by the
+   backward products): one cast fewer than two separate parameters. */
+static int64_t casts_of(int shared)
+{
+    lz_scope_begin();
+    int64_t sx[2] = {4, 8}, sw[2] = {5, 8};
+    lz_tensor *x = lz_test_rand(5, -1, 1, 2, sx);
+    lz_tensor *w1 = lz_test_rand(6, -1, 1, 2, sw), *w2 = shared ? w1 : lz_test_rand(6, -1, 1, 2, sw);
+    lz_requires_grad(w1, 1);
+    lz_requires_grad(w2, 1);
+    lz_mark_step();
+    lz_profile_reset();
+    lz_autocast_begin(LZ_BF16);
+    lz_tensor *loss = lz_sum(lz_mul(lz_linear(x, w1, NULL), lz_linear(x, w2, NULL)));
+    lz_autocast_end();
+    lz_backward(loss);
+    lz_mark_step();
+    lz_sync(&loss, 1, 1);
+    int64_t n = lz_test_kernel_calls("cast");
+    lz_scope_end();
+    return n;
+}
+
+typedef struct mlp { lz_tensor *w; } mlp;
+
+/* in[0]: x; the region is opened inside when ctx says so */
+static int step(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    mlp *m = ctx;
+    lz_tensor *y = lz_linear(in[0], m->w, NULL);
+    out[0] = lz_sum(lz_mul(y, y));
+    return out[0] ? 0 : -1;
+}
+
+static int step_region(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    lz_autocast_begin(LZ_BF16);
+    int rc = step(ctx, in, out);
+    lz_autocast_end();
+    return rc;
+}
+
+static void capture(void)
+{
+    lz_scope_begin();
+    int64_t sx[2] = {4, 8}, sw[2] = {5, 8};
+    mlp m = {lz_test_rand(7, -1, 1, 2, sw)};
+    lz_tensor *x = lz_test_rand(8, -1, 1, 2, sx);
+    lz_tensor *xr = rounded(x), *wr = rounded(m.w);
+    float want16, want32;
+    {
+        lz_tensor *y = lz_linear(xr, wr, NULL);
+        want16 = lz_item(lz_sum(lz_mul(y, y)));
+        y = lz_linear(x, m.w, NULL);
+        want32 = lz_item(lz_sum(lz_mul(y, y)));
+    }
+    CHECK(want16 != want32);
+    /* region inside the step: every replay keeps it */
+    lz_fn *f = lz_capture(step_region, &m, 1, 1);
+    lz_metrics_reset();
+    for (int i = 0; i < 3; i++) {
+        lz_tensor *o = NULL;
+        CHECK(lz_call(f, &x, &o) == 0);
+        CHECK_NEAR(lz_item(o), want16, 1e-4 * fabs(want16));
+    }
+    CHECK(lz_metrics_get().capture_replays >= 1);
+    lz_fn_free(f);
+    /* region around the call: part of the key (a trace per state) */
+    f = lz_capture(step, &m, 1, 1);
+    for (int i = 0; i < 6; i++) {
+        int on = i % 2;
+        if (on) lz_autocast_begin(LZ_BF16);
+        lz_tensor *o = NULL;
+        CHECK(lz_call(f, &x, &o) == 0);
+        if (on) lz_autocast_end();
+        float v = lz_item(o);
+        CHECK_NEAR(v, on ? want16 : want32, 1e-4 * fabs(want32));
+    }
+    lz_fn_free(f);
+    lz_scope_end();
+}
+
+static void errors(void)
+{
+    CHECK(lz_autocast_end() == -1 && strstr(lz_last_error(), "no autocast region"));
+    lz_clear_error();
+    CHECK(lz_autocast_begin(LZ_I64) == -1 && strstr(lz_last_error(), "i64"));
+    lz_clear_error();
+    /* an explicit bf16 operand makes a bf16 product outside a region */
+    int64_t s[2] = {3, 3};
+    lz_tensor *a = lz_test_rand(9, -1, 1, 2, s), *b = lz_cast(a, LZ_BF16);
+    int64_t p0 = products();
+    lz_tensor *c = lz_matmul(a, b);
+    CHECK(c && lz_tensor_dtype(c) == LZ_F32);
+    lz_item(lz_sum(c));
+    CHECK_EQ_I(products() - p0, 1);
+    /* integer operands are still refused */
+    lz_tensor *i = lz_zeros(LZ_I32, 2, s);
+    lz_autocast_begin(LZ_BF16);
+    CHECK(lz_matmul(i, a) == NULL && strstr(lz_last_error(), "i32"));
+    lz_autocast_end();
+    lz_clear_error();
+}
+
+int main(void)
+{
+    lz_profile_enable(1);
+    int64_t sx[2] = {16, 24}, sw[2] = {24, 12}, sl[2] = {12, 24};
+    product("matmul", p_matmul, 2, sx, 2, sw, 3);
+    product("linear", p_linear, 2, sx, 2, sl, 3);
+    int64_t cx[4] = {2, 16, 8, 8}, cw[4] = {16, 16, 3, 3};
+    product("conv2d", p_conv, 4, cx, 4, cw, 3);
+    int64_t q[4] = {2, 2, 8, 16};
+    product("attention", p_attention, 4, q, 4, q, 6);
+    float32_list();
+    int64_t one = casts_of(1), two = casts_of(0);
+    fprintf(stderr, "casts: shared weight %lld, two weights %lld\n", (long long)one, (long long)two);
+    CHECK_EQ_I(one, two - 1);
+    capture();
+    errors();
+    if (lz_cpu_bf16_way() == LZ_BF16_WIDENED) CHECK_EQ_I(lz_cpu_bf16_matmul_count(1) + lz_cpu_bf16_conv_count(1), 0);
+    else {   /* every product on oneDNN's bf16 kernels: none widened */
+        CHECK(lz_cpu_bf16_matmul_count(1) > 0 && lz_cpu_bf16_conv_count(1) > 0);
+        CHECK_EQ_I(lz_cpu_bf16_matmul_count(0), 0);
+        /* but the 3x3 weight gradient (k_dnnl_conv.c: oneDNN's is slow) */
+        CHECK_EQ_I(lz_cpu_bf16_conv_count(0), 1);
+    }
+    return lz_test_done();
+}
