@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "io/durable.h"
+#include "base/durable.h"
 #include "io/json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
