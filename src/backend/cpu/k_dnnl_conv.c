@@ -51,12 +51,13 @@
  * values LZ_WINOGRAD=0 gives.
  *
  * These rules come from measurements on two machines. LZ_DNNL_CONV=tune
- * instead times each step shape once per process, every way it can run
+ * instead times each step shape once per machine (conv_choices.c keeps the
+ * choice in a file that later processes read), every way it can run
  * (oneDNN, or k_conv.c one image per thread, or all images' columns in
  * one product), and keeps the fastest; a step state without a primitive
  * then runs k_conv.c's chosen path; a step on blocked layouts, oneDNN or
  * the rows where those apply. Off by default: a choice made on timings
- * makes results differ between runs.
+ * makes results differ between machines (LZ_DETERMINISTIC=1 never times).
  *
  * On by default (LZ_DNNL_CONV=0 turns it off). Results with and without
  * it, or with and without Winograd, differ by rounding; a model whose
