@@ -46,7 +46,7 @@ static void cpu_model(char *out, size_t n)
     snprintf(out, n, "unknown CPU");
 #if defined(__x86_64__) || defined(__i386__)
     unsigned r[12];
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;   /* int in clang, unsigned in gcc */
     for (unsigned i = 0; i < 3; i++)
         __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
     char brand[49];
