@@ -148,6 +148,9 @@ static void fail_outputs(const lz_graph *g, const int *keep)
 {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", lz_last_error() ? lz_last_error() : "a step failed");
+    /* materialising an output drops the nodes under it: the inputs, whose
+       buffers later outputs keep, are held until the end */
+    for (int k = 0; k < g->n_inputs; k++) lz_node_ref(g->inputs[k]);
     for (int o = 0; o < g->n_outputs; o++) {
         const lz_node *n = g->outputs[o];
         lz_buffer *b;
@@ -162,6 +165,7 @@ static void fail_outputs(const lz_graph *g, const int *keep)
         lz_node_materialise(g->outputs[o], b);
         lz_buffer_unref(b);
     }
+    for (int k = 0; k < g->n_inputs; k++) lz_node_unref(g->inputs[k]);
     lz_live_prune();
     lz_executor_note_error(msg);
     lz_errorf("%s", msg);
