@@ -81,9 +81,11 @@ LZ_API lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double
    had when traced (so is any data made there from host memory: lz_from_host,
    lz_full, lz_zeros); the trace names each in a warning. */
 LZ_API lz_tensor *lz_scalar(float value);
-/* Another handle to the same tensor; lz_free each one. lz_free gives back
-   the retained handles first, so a scope keeps owning the tensor's
-   creation handle: lz_free(lz_retain(t)) in a scope leaves t to the scope. */
+/* A new, distinct handle to the same tensor (same value, gradient and
+   requires-grad; lz_assign through either changes both), owned by the
+   caller in or out of a scope: lz_free it once. Freeing t's own handle (or
+   its scope ending) leaves the tensor alive for this one. NULL when out of
+   memory. */
 LZ_API lz_tensor *lz_retain(lz_tensor *t);
 LZ_API void       lz_free(lz_tensor *t);
 LZ_API int        lz_ndim(const lz_tensor *t);

@@ -1,7 +1,8 @@
 /* Ownership is the same whichever way a step runs: called directly, traced
  * by lz_call or replayed, the caller gets the same handles, scopes drop
  * the same ones, and lz_keep inside the step lands in the same scope. Also:
- * lz_free(lz_retain(t)) inside a scope leaves t to the scope, and lz_call
+ * lz_retain gives a distinct handle the caller owns, in or out of a scope
+ * (lz_free(lz_retain(t)) in a scope leaves t to the scope), and lz_call
  * reports the error of an op the step did not check. */
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,8 @@ static void test_returned_retain(void)
     for (int i = 0; i < 5; i++) {
         lz_tensor *out[1] = {NULL};
         CHECK_EQ_I(call(&wy, i == 0, &one, out), 0);
-        CHECK(out[0] == w);              /* the live tensor, with the step's reference */
+        /* a distinct handle on the live tensor, with the step's reference */
+        CHECK(out[0] != w && lz_tensor_of(out[0]) == w);
         CHECK_EQ_I(w->refs - w->capture_refs, refs + 1);   /* captures hold it too */
         float v[2];
         CHECK_EQ_I(lz_to_host(out[0], v, sizeof v), 0);
@@ -157,23 +159,52 @@ static void test_retain_in_scope(void)
 {
     lz_scope_begin();
     lz_tensor *t = lz_scalar(1.0f);
-    lz_free(lz_retain(t));               /* the fuzzer's leak */
-    CHECK_EQ_I(t->retained, 0);
+    lz_tensor *r = lz_retain(t);
+    CHECK(r && r != t);                  /* a handle of its own */
+    lz_free(r);                          /* the fuzzer's leak */
     lz_scope_end();
     CHECK(!alive(t));
 
-    /* a retained handle kept past the scope stays the caller's */
+    /* the creation handle freed inside the scope, the retained one used
+       past it with no lz_keep: the caller owns it */
     lz_scope_begin();
     t = lz_scalar(2.0f);
-    lz_tensor *r = lz_keep(lz_retain(t));
+    r = lz_retain(t);
+    lz_free(t);
     lz_scope_end();
     CHECK(alive(t));
     if (alive(t)) {
         CHECK(lz_item(r) == 2.0f);
         lz_free(r);
-        lz_free(t);
     }
     CHECK(!alive(t));
+
+    /* shared state: an assign through either handle is seen by both, and
+       the gradient and requires-grad are the tensor's */
+    lz_tensor *w = vec2(1, 2);
+    lz_requires_grad(w, 1);
+    lz_tensor *rw = lz_retain(w);
+    CHECK(rw != w);
+    lz_tensor *sq = lz_mul(rw, rw), *loss = lz_sum(sq);
+    CHECK_EQ_I(lz_backward(loss), 0);
+    CHECK(lz_grad(rw) != NULL && lz_grad(rw) == lz_grad(w));
+    float g[2] = {0, 0}, v[2] = {0, 0};
+    CHECK_EQ_I(lz_to_host(lz_grad(w), g, sizeof g), 0);
+    CHECK(g[0] == 2.0f && g[1] == 4.0f);
+    lz_tensor *three = vec2(3, 3);
+    CHECK_EQ_I(lz_assign(rw, three), 0);
+    CHECK_EQ_I(lz_to_host(w, v, sizeof v), 0);
+    CHECK(v[0] == 3.0f && v[1] == 3.0f);
+    lz_zero_grad(rw);
+    CHECK(lz_grad(w) == NULL);
+    lz_free(w);                          /* the tensor lives on in rw */
+    CHECK_EQ_I(lz_to_host(rw, v, sizeof v), 0);
+    CHECK(v[0] == 3.0f);
+    lz_free(rw);
+    CHECK(!alive(w));
+    lz_free(three);
+    lz_free(sq);
+    lz_free(loss);
 }
 
 /* ---- the step's own error --------------------------------------------- */

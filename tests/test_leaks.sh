@@ -12,20 +12,23 @@
 #    definitely or indirectly lost fail (LEAK_KINDS).
 #  - test_capture_oom, when given: every host allocation of a captured
 #    run failing in turn, then lz_shutdown (nothing may stay reachable).
+#  - test_step_oom, when given: every host allocation of the barrier
+#    (engine/step.c) failing in turn, then lz_shutdown (likewise).
 # Any byte definitely or indirectly lost fails, and so does any block still
 # reachable at exit, except libgomp's and oneDNN's process-lifetime state
 # (tests/valgrind.supp): a program that freed its handles and called
 # lz_shutdown must leave nothing of lazyc's behind.
 #
 # Usage: test_leaks.sh SOAK_BINARY [TEST_SHUTDOWN_BINARY [TEST_FAULT_BINARY
-#                      [TEST_CAPTURE_OOM_BINARY]]]
+#                      [TEST_CAPTURE_OOM_BINARY [TEST_STEP_OOM_BINARY]]]]
 # Without valgrind the test is skipped (exit 77, ctest's SKIP_RETURN_CODE),
 # except under CI=true, where a missing valgrind is a failure.
 set -u
-soak="${1:?usage: test_leaks.sh SOAK_BINARY [TEST_SHUTDOWN_BINARY [TEST_FAULT_BINARY [TEST_CAPTURE_OOM_BINARY]]]}"
+soak="${1:?usage: test_leaks.sh SOAK_BINARY [TEST_SHUTDOWN_BINARY [TEST_FAULT_BINARY [TEST_CAPTURE_OOM_BINARY [TEST_STEP_OOM_BINARY]]]]}"
 shutdown_test="${2:-}"
 fault_test="${3:-}"
 capture_oom_test="${4:-}"
+step_oom_test="${5:-}"
 here="$(cd "$(dirname "$0")" && pwd)"
 
 if ! command -v valgrind >/dev/null 2>&1; then
@@ -74,5 +77,8 @@ if [ -n "$fault_test" ]; then
 fi
 if [ -n "$capture_oom_test" ]; then
     (cd "$here" && check "$capture_oom_test") || exit 1
+fi
+if [ -n "$step_oom_test" ]; then
+    (cd "$here" && check "$step_oom_test") || exit 1
 fi
 echo "test_leaks: nothing lost, nothing of lazyc's still reachable"

@@ -366,6 +366,22 @@ static void test_bad_files(void)
                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", d, 16);
     EXPECT_BAD(p, "'a'", "'b' [4, 12] overlap");
 
+    /* bytes that belong to no tensor: the reference implementation refuses
+       the file (MetadataIncompleteBuffer, InvalidOffset) */
+    p = tmp_path("trailing.safetensors");
+    write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d, 12);
+    EXPECT_BAD(p, "4 bytes after the last tensor's data", "(at 8 of 12 data bytes)");
+    p = tmp_path("trailing_empty.safetensors");
+    write_raw(p, "{}", d, 4);
+    EXPECT_BAD(p, "4 bytes after the last tensor's data", "belong to no tensor");
+    p = tmp_path("gap.safetensors");
+    write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", d, 16);
+    EXPECT_BAD(p, "data bytes [4, 8] after tensor 'a'", "belong to no tensor");
+    p = tmp_path("lead.safetensors");
+    write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", d, 16);
+    EXPECT_BAD(p, "data bytes [0, 8] before the first tensor", "belong to no tensor");
+
     p = tmp_path("badsize.safetensors");
     write_raw(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", d, 8);
     EXPECT_BAD(p, "tensor 'a' (F32 [3]) needs 12 bytes", NULL);

@@ -26,7 +26,9 @@ static int is_dead(const lz_ag *ag) { return ag && ag->state != LZ_AG_LIVE; }
 
 int lz_needs_grad(const lz_tensor *t)
 {
-    return t && (t->requires_grad || (t->ag && t->ag->state == LZ_AG_LIVE));
+    if (!t) return 0;
+    t = lz_tensor_of(t);
+    return t->requires_grad || (t->ag && t->ag->state == LZ_AG_LIVE);
 }
 
 /* An internal handle on t's current value: it keeps the node, not the
@@ -74,7 +76,7 @@ void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
     lz_ag *dead = NULL;
     for (int i = 0; i < n_in; i++) {
         any |= lz_needs_grad(in[i]);
-        if (!dead && is_dead(in[i]->ag)) dead = in[i]->ag;
+        if (!dead && is_dead(lz_tensor_of(in[i])->ag)) dead = lz_tensor_of(in[i])->ag;
     }
     if (!any) {
         /* made only from values whose graph is gone: a backward from out
@@ -101,13 +103,14 @@ void lz_ag_attach(lz_tensor *out, const char *name, lz_backward_fn fn,
     ag->leaf = ag->in + n;
     ag->fn = (lz_ag **)(ag->leaf + n);
     for (int i = 0; i < n_in; i++) {
-        ag->in[i] = save_value(in[i], 1);
-        if (in[i]->ag) {
-            ag->fn[i] = in[i]->ag;
+        lz_tensor *x = lz_tensor_of(in[i]);   /* an lz_retain handle's tensor */
+        ag->in[i] = save_value(x, 1);
+        if (x->ag) {
+            ag->fn[i] = x->ag;
             ag->fn[i]->refs++;
-        } else if (in[i]->requires_grad) {
-            ag->leaf[i] = in[i];
-            lz_tensor_ref(in[i]);
+        } else if (x->requires_grad) {
+            ag->leaf[i] = x;
+            lz_tensor_ref(x);
         }
     }
     ag->out = save_value(out, 0);
@@ -186,6 +189,7 @@ int lz_ag_dead_error(const lz_ag *ag)
 void lz_requires_grad(lz_tensor *t, int on)
 {
     if (!t || lz_owner_check("lz_requires_grad")) return;
+    t = lz_tensor_of(t);
     /* a gradient of integers has no meaning (torch refuses it too) */
     if (on && t->node->dtype != LZ_F32) {
         lz_errorf("lz_requires_grad: tensor is %s; only f32 tensors can require grad",
@@ -196,11 +200,16 @@ void lz_requires_grad(lz_tensor *t, int on)
     t->requires_grad = on != 0;
 }
 
-lz_tensor *lz_grad(lz_tensor *t) { return t && !lz_owner_check("lz_grad") ? t->grad : NULL; }
+lz_tensor *lz_grad(lz_tensor *t)
+{
+    return t && !lz_owner_check("lz_grad") ? lz_tensor_of(t)->grad : NULL;
+}
 
 void lz_zero_grad(lz_tensor *t)
 {
-    if (!t || lz_owner_check("lz_zero_grad") || !t->grad) return;
+    if (!t || lz_owner_check("lz_zero_grad")) return;
+    t = lz_tensor_of(t);
+    if (!t->grad) return;
     lz_tensor_unref(t->grad);
     t->grad = NULL;
 }

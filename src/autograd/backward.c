@@ -137,6 +137,7 @@ int lz_backward(lz_tensor *loss)
 {
     if (!loss) return lz_errorf_int("lz_backward: loss is NULL");
     if (lz_owner_check("lz_backward")) return -1;
+    loss = lz_tensor_of(loss);   /* an lz_retain handle: its tensor's record */
     if (lz_node_numel(loss->node) != 1) {
         char s[96];
         return lz_errorf_int("lz_backward: loss %s has %lld elements, not 1",

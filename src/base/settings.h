@@ -24,7 +24,9 @@
     X(FUSION,         BOOL,   "1",    0, 1, NULL, "0: no fusion of element-wise chains and batch norm with its activation") \
     X(BLOCKED,        BOOL,   "1",    0, 1, NULL, "0: no blocked (channel-packed) layouts between oneDNN convolutions") \
     X(WINOGRAD,       BOOL,   "1",    0, 1, NULL, "0: no 3x3 convolution by Winograd's algorithm (direct kernels only)") \
-    X(DNNL_CONV,      CHOICE, "1",    0, 0, "0|1|2|tune", "oneDNN convolutions: 0 never, 1 where they measured faster, 2 wherever oneDNN has a jit kernel, tune: time each shape once per process") \
+    X(DNNL_CONV,      CHOICE, "1",    0, 0, "0|1|2|tune", "oneDNN convolutions: 0 never, 1 where they measured faster, 2 wherever oneDNN has a jit kernel, tune: time each shape once and keep the choice (see LZ_CONV_CACHE)") \
+    X(CONV_CACHE,     BOOL,   "1",    0, 1, NULL, "0: the choices LZ_DNNL_CONV=tune times are kept for the process only, not in ${XDG_CACHE_HOME:-~/.cache}/lazyc") \
+    X(DETERMINISTIC,  BOOL,   "0",    0, 1, NULL, "1: nothing is chosen by timing (LZ_DNNL_CONV=tune takes the rules, reads no cached choice): the same results on every run and machine of one ISA") \
     X(CACHE_CAPACITY, INT,    "512",  1, INT32_MAX, NULL, "compiled executables kept in the cache (least recently used dropped first)") \
     X(POOL_MIB,       INT,    "4096", 0, INT32_MAX, NULL, "MiB of freed device buffers kept for reuse (0: keep none)") \
     X(FAULT_ALLOC,    INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th device allocation (0: never)") \

@@ -392,7 +392,6 @@ typedef struct snapshot {
     lz_tensor **grad;        /* its gradient then */
     lz_buffer **gbuf;        /* that gradient's buffer then */
     char *alive;             /* held by the program then */
-    int *retained;           /* its lz_retain handles then */
     lz_buffer **inbuf;       /* each explicit input's buffer then */
     int n;
     uint32_t epoch;
@@ -410,10 +409,9 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
     s->grad = lz_host_malloc(sizeof *s->grad * (size_t)(n + 1));
     s->gbuf = lz_host_malloc(sizeof *s->gbuf * (size_t)(n + 1));
     s->alive = lz_host_malloc((size_t)n + 1);
-    s->retained = lz_host_malloc(sizeof *s->retained * (size_t)(n + 1));
     s->inbuf = lz_host_malloc(sizeof *s->inbuf * (size_t)(n_in + 1));
-    if (!s->t || !s->buf || !s->grad || !s->gbuf || !s->alive || !s->retained || !s->inbuf) {
-        free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive); free(s->retained);
+    if (!s->t || !s->buf || !s->grad || !s->gbuf || !s->alive || !s->inbuf) {
+        free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive);
         free(s->inbuf);
         memset(s, 0, sizeof *s);
         return lz_errorf_int("lz_call: out of memory starting a trace (%d tensors alive)", n);
@@ -428,7 +426,6 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
         s->buf[s->n] = t->node->buf;
         s->grad[s->n] = t->grad;
         s->gbuf[s->n] = t->grad ? t->grad->node->buf : NULL;
-        s->retained[s->n] = t->retained;
         s->n++;
     }
     return 0;
@@ -437,7 +434,7 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
 static void drop_snapshot(snapshot *s)
 {
     for (int i = 0; i < s->n; i++) lz_tensor_unref(s->t[i]);
-    free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive); free(s->retained);
+    free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive);
     free(s->inbuf);
 }
 
@@ -451,7 +448,7 @@ static int snapshot_index(const snapshot *s, const lz_tensor *t)
 static int is_returned(lz_tensor *t, lz_tensor *const *out, int n_out)
 {
     for (int j = 0; j < n_out; j++)
-        if (out[j] == t) return 1;
+        if (out[j] && lz_tensor_of(out[j]) == t) return 1;
     return 0;
 }
 
@@ -711,7 +708,7 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
             lz_tensor *t = s->t[i];
             if (s->buf[i] != buf || t == b->t || !user_alive(t, 1)) continue;
             int is_input = 0;
-            for (int j = 0; j < n_in; j++) is_input |= in[j] == t;
+            for (int j = 0; j < n_in; j++) is_input |= lz_tensor_of(in[j]) == t;
             if (is_input) continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 4;
@@ -857,20 +854,24 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         tr->keep[o] = -1;
     }
     for (int j = 0; j < f->n_out; j++) {
-        lz_tensor *t = out[j];
+        /* an lz_retain handle the step made on a tensor alive before it: a
+           replay returns a new handle on that tensor, live, as the step does */
+        lz_tensor *t = lz_tensor_of(out[j]);
         ret *r = &tr->returned[j];
         r->keep = kept ? kept[j] : 0;
         if (t->capture_epoch == s->epoch) {
             int k = -1;
             for (int q = 0; q < f->n_in && k < 0; q++)
-                if (in[q] == t) k = q;
-            r->retain = t->retained > s->retained[snapshot_index(s, t)];
+                if (lz_tensor_of(in[q]) == t) k = q;
+            r->retain = out[j] != t;
             r->kind = k >= 0 ? RET_SAME_INPUT : RET_SAME_TENSOR;
             r->index = k;
             if (k < 0) { r->t = t; hold(t); }
         } else if (!t->node->buf) {
-            *r = (ret){.kind = RET_NEW, .index = output_slot(g, t->node), .keep = r->keep};
+            *r = (ret){.kind = RET_NEW, .index = output_slot(g, t->node), .keep = r->keep,
+                       .retain = out[j] != t};
         } else {
+            r->retain = out[j] != t;
             r->kind = RET_WRAP;
             r->wrap = bind_leaf(tr, f, in, s, NULL, t->node->buf, NULL);
             r->desc = (out_desc){.dtype = t->node->dtype, .ndim = t->node->ndim};
@@ -884,7 +885,7 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         st->slot = output_slot(g, t->node);
         int k = -1, l = -1;
         for (int q = 0; q < f->n_in && k < 0; q++)
-            if (in[q] == t) k = q;
+            if (lz_tensor_of(in[q]) == t) k = q;
         for (int q = 0; q < tr->n_leaves && l < 0 && k < 0; q++)
             if (tr->leaves[q].t->grad == t) l = q;
         if (!user_alive(t, t->capture_epoch == s->epoch)) st->kind = ST_NONE;   /* nobody can read it */
@@ -1217,6 +1218,8 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     for (int j = 0; j < n_out; j++) {
         out[j] = NULL;
         if (rc == 0 && returned[j].kind == RET_WRAP && !(out[j] = wrap_binding(tr, &returned[j], in))) rc = -1;
+        /* an lz_retain handle the step made is the caller's, in no scope */
+        if (out[j] && returned[j].retain) lz_scope_forget(out[j]);
     }
     memset(reuse, 0, (size_t)n_outputs);
     for (int o = 0; o < n_outputs; o++) outb[o] = NULL;
@@ -1254,6 +1257,12 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         const ret *r = &returned[j];
         if (r->kind == RET_NEW && !(out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index))))
             rc = -1;
+        else if (r->kind == RET_NEW && r->retain)
+            lz_scope_forget(out[j]);   /* as the lz_retain handle the step made */
+        /* an lz_retain handle follows its tensor to the new value */
+        else if (r->retain && (r->kind == RET_SAME_INPUT || r->kind == RET_SAME_TENSOR) &&
+                 !(out[j] = lz_retain(r->kind == RET_SAME_INPUT ? in[r->index] : r->t)))
+            rc = -1;
     }
     if (rc != 0) {
         drop_made(tr, f, out, made_state);
@@ -1277,8 +1286,9 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
         }
         for (int j = 0; j < n_out; j++) {
             const ret *r = &returned[j];
-            if (r->kind == RET_SAME_INPUT) out[j] = r->retain ? lz_retain(in[r->index]) : in[r->index];
-            else if (r->kind == RET_SAME_TENSOR) out[j] = r->retain ? lz_retain(r->t) : r->t;
+            if (r->retain) { /* made above */ }
+            else if (r->kind == RET_SAME_INPUT) out[j] = in[r->index];
+            else if (r->kind == RET_SAME_TENSOR) out[j] = r->t;
             if (r->keep) lz_keep(out[j]);
         }
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fault.h"
 #include "base/metrics.h"
 #include "base/settings.h"
 #include "base/thread.h"
@@ -85,14 +86,16 @@ static int by_id(const void *a, const void *b)
    rooted there had before their update (prev_buf_id), or -1 (a new value,
    or tensors that disagree). A failed step leaves those outputs at that
    value: parameters and optimizer state stay as they were. Every pending
-   tensor is in the live registry. NULL when nothing is kept. */
-static int *keep_slots(const lz_graph *g)
+   tensor is in the live registry. *keep is NULL when nothing is kept.
+   -1 when out of memory (*keep NULL): the caller then fails the step
+   (fail_outputs finds the slots without memory). */
+static int keep_slots(const lz_graph *g, int **keep_out)
 {
-    int *keep = malloc(sizeof *keep * (size_t)(g->n_outputs + 1));
-    int *out_of = malloc(sizeof *out_of * (size_t)(g->n_nodes + 1));
-    id_slot *ids = malloc(sizeof *ids * (size_t)(g->n_inputs + 1));
-    int kept = 0;
-    if (keep && out_of && ids) {
+    int *keep = lz_host_malloc(sizeof *keep * (size_t)(g->n_outputs + 1));
+    int *out_of = lz_host_malloc(sizeof *out_of * (size_t)(g->n_nodes + 1));
+    id_slot *ids = lz_host_malloc(sizeof *ids * (size_t)(g->n_inputs + 1));
+    int kept = 0, oom = !keep || !out_of || !ids;
+    if (!oom) {
         for (int o = 0; o < g->n_outputs; o++) keep[o] = -1;
         for (int v = 0; v < g->n_nodes; v++) out_of[v] = -1;
         for (int o = 0; o < g->n_outputs; o++) out_of[g->outputs[o]->cut_index] = o;
@@ -116,22 +119,44 @@ static int *keep_slots(const lz_graph *g)
     free(out_of);
     free(ids);
     if (!kept) { free(keep); keep = NULL; }
-    return keep;
+    *keep_out = keep;
+    return oom ? -1 : 0;
 }
 
 /* A step that fails before it is enqueued (compile, an output allocation)
    ends like one that fails on the executor: its results report the error
    when read, what it updated keeps its previous value, and the next
    lz_wait reports it. Nothing is left pending to be applied later. */
+/* keep_slots' answer for output o alone, without allocating: for
+   fail_outputs when keep_slots had no memory (slow: every live tensor and
+   input per output, but only a failing step pays it). */
+static int kept_slot(const lz_graph *g, int o)
+{
+    int keep = -1;
+    for (const lz_tensor *t = lz_live_first(); t; t = t->live_next) {
+        if (!t->prev_buf_id || t->node->buf || t->node != g->outputs[o]) continue;
+        int slot = 0;
+        while (slot < g->n_inputs && g->inputs[slot]->buf->id != t->prev_buf_id) slot++;
+        if (slot == g->n_inputs) slot = -1;
+        if (keep == -1 && slot >= 0) keep = slot;
+        else if (keep != slot) keep = -2;
+    }
+    return keep == -2 ? -1 : keep;
+}
+
 static void fail_outputs(const lz_graph *g, const int *keep)
 {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", lz_last_error() ? lz_last_error() : "a step failed");
+    /* materialising an output drops the nodes under it: the inputs, whose
+       buffers later outputs keep, are held until the end */
+    for (int k = 0; k < g->n_inputs; k++) lz_node_ref(g->inputs[k]);
     for (int o = 0; o < g->n_outputs; o++) {
         const lz_node *n = g->outputs[o];
         lz_buffer *b;
-        if (keep && keep[o] >= 0) {
-            b = g->inputs[keep[o]]->buf;
+        const int slot = keep ? keep[o] : kept_slot(g, o);
+        if (slot >= 0) {
+            b = g->inputs[slot]->buf;
             lz_buffer_ref(b);
         } else {
             b = lz_buffer_failed((size_t)lz_node_numel(n) * lz_dtype_size((lz_dtype)n->dtype), msg);
@@ -140,6 +165,7 @@ static void fail_outputs(const lz_graph *g, const int *keep)
         lz_node_materialise(g->outputs[o], b);
         lz_buffer_unref(b);
     }
+    for (int k = 0; k < g->n_inputs; k++) lz_node_unref(g->inputs[k]);
     lz_live_prune();
     lz_executor_note_error(msg);
     lz_errorf("%s", msg);
@@ -153,13 +179,14 @@ static void fail_outputs(const lz_graph *g, const int *keep)
    (lz_executor_overwritable), and every reference to that leaf is an
    operand of a node of g. With every pending
    tensor a root, those nodes are gone once the outputs are materialised,
-   so nothing can read the old value after the step. NULL when none. */
+   so nothing can read the old value after the step. NULL when none, or
+   when out of memory to find them (the step then writes new buffers). */
 static lz_buffer **donations(const lz_graph *g, const lz_executable *exe, const int *keep)
 {
     if (!keep || !exe) return NULL;
-    int *operand_refs = calloc((size_t)g->n_nodes + 1, sizeof *operand_refs);
-    lz_buffer **donated = calloc((size_t)g->n_outputs + 1, sizeof *donated);
-    char *taken = calloc((size_t)g->n_inputs + 1, 1);   /* one output per buffer */
+    int *operand_refs = lz_host_calloc((size_t)g->n_nodes + 1, sizeof *operand_refs);
+    lz_buffer **donated = lz_host_calloc((size_t)g->n_outputs + 1, sizeof *donated);
+    char *taken = lz_host_calloc((size_t)g->n_inputs + 1, 1);   /* one output per buffer */
     int any = 0;
     if (operand_refs && donated && taken) {
         for (int i = 0; i < g->n_nodes; i++)
@@ -186,7 +213,13 @@ static lz_buffer **donations(const lz_graph *g, const lz_executable *exe, const 
 
 static int execute_graph(const lz_graph *g, lz_executable *exe, int full_step)
 {
-    int *keep = keep_slots(g);
+    int *keep;
+    if (keep_slots(g, &keep) != 0) {
+        /* a failed compile keeps its own error */
+        if (exe) lz_errorf("out of memory starting a step of %d outputs", g->n_outputs);
+        fail_outputs(g, NULL);
+        return -1;
+    }
     lz_buffer **donated = full_step ? donations(g, exe, keep) : NULL;
     if (!exe) {
         fail_outputs(g, keep);
@@ -195,8 +228,8 @@ static int execute_graph(const lz_graph *g, lz_executable *exe, int full_step)
     }
     lz_buffer *in_small[64], **in = in_small;
     lz_buffer *out_small[64], **out = out_small;
-    if (g->n_inputs > 64) in = malloc(sizeof *in * (size_t)g->n_inputs);
-    if (g->n_outputs > 64) out = malloc(sizeof *out * (size_t)g->n_outputs);
+    if (g->n_inputs > 64) in = lz_host_malloc(sizeof *in * (size_t)g->n_inputs);
+    if (g->n_outputs > 64) out = lz_host_malloc(sizeof *out * (size_t)g->n_outputs);
     if (!in || !out) {
         if (in != in_small) free(in);
         if (out != out_small) free(out);
@@ -276,7 +309,7 @@ int lz_step_all(void)
     lz_live_prune();
     int n = lz_live_count();
     if (!n) return 0;
-    lz_node **roots = malloc(sizeof *roots * (size_t)n);
+    lz_node **roots = lz_host_malloc(sizeof *roots * (size_t)n);
     if (!roots) return lz_errorf_int("out of memory cutting a graph of %d tensors", n);
     int k = 0;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) roots[k++] = t->node;
@@ -306,7 +339,7 @@ int lz_sync_tensors(lz_tensor *const *ts, int n, int wait)
 {
     if (n < 0 || (n > 0 && !ts)) return lz_errorf_int("lz_sync: bad tensor list (n = %d)", n);
     if (lz_check_operands("lz_sync", n, ts)) return -1;
-    lz_node **roots = malloc(sizeof *roots * (size_t)(n ? n : 1));
+    lz_node **roots = lz_host_malloc(sizeof *roots * (size_t)(n ? n : 1));
     if (!roots) return lz_errorf_int("lz_sync: out of memory");
     int k = 0;
     for (int i = 0; i < n; i++)

@@ -91,6 +91,8 @@ lz_tensor *lz_tensor_saved(lz_node *node, int live)
 
 void lz_tensor_set_node(lz_tensor *t, lz_node *node)
 {
+    t = lz_tensor_of(t);
+    for (lz_tensor *a = t->aliases; a; a = a->alias_next) a->node = node;
     lz_node *old = t->node;
     if (t->ag && node != old) lz_ag_overwritten(t);
     if (old->buf && !node->buf) t->prev_buf_id = old->buf->id;
@@ -102,9 +104,23 @@ void lz_tensor_set_node(lz_tensor *t, lz_node *node)
 
 void lz_tensor_ref(lz_tensor *t) { t->refs++; }
 
+/* The last reference to an lz_retain handle: out of its tensor's list. */
+static void free_alias(lz_tensor *a)
+{
+    lz_tensor **p = &a->alias_of->aliases;
+    while (*p != a) p = &(*p)->alias_next;
+    *p = a->alias_next;
+    lz_tensor_unref(a->alias_of);
+    free(a);
+}
+
 void lz_tensor_unref(lz_tensor *t)
 {
     if (!t || --t->refs > 0) return;
+    if (t->alias_of) {
+        free_alias(t);
+        return;
+    }
     live_remove(t);
     if (!t->internal) {
         if (t->all_prev) t->all_prev->all_next = t->all_next;
@@ -120,9 +136,17 @@ void lz_tensor_unref(lz_tensor *t)
 lz_tensor *lz_retain(lz_tensor *t)
 {
     if (!t || lz_owner_check("lz_retain")) return NULL;
-    t->refs++;
-    t->retained++;
-    return t;
+    lz_tensor *of = lz_tensor_of(t);
+    lz_tensor *a = lz_host_calloc(1, sizeof *a);
+    if (!a) return lz_errorf("lz_retain: out of memory making a handle");
+    a->refs = 1;
+    a->alias_of = of;
+    lz_tensor_ref(of);
+    a->node = of->node;   /* borrowed: the tensor holds it */
+    a->serial = next_serial++;
+    a->alias_next = of->aliases;
+    of->aliases = a;
+    return a;   /* the caller's, in no scope */
 }
 
 void lz_free(lz_tensor *t)
@@ -130,8 +154,7 @@ void lz_free(lz_tensor *t)
     /* From another thread the handle is left alone (leaked), not freed
        under the recording thread's feet. */
     if (!t || lz_owner_check("lz_free")) return;
-    if (t->retained) t->retained--;
-    else lz_scope_forget(t);
+    lz_scope_forget(t);
     lz_tensor_unref(t);
 }
 

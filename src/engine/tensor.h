@@ -34,10 +34,16 @@ struct lz_tensor {
     /* scope bookkeeping: depth of the scope that owns the creation handle,
        0 when the caller owns it */
     int scope_level;
-    /* handles lz_retain gave out and lz_free has not taken back: lz_free
-       drops one of these before the creation handle, so a scope keeps
-       owning the creation handle (lz_free(lz_retain(t)) leaves t as it was) */
-    int retained;
+    /* lz_retain's handles: each is a handle of its own (its own scope
+       ownership and lz_free) that shares this tensor: alias_of is the
+       tensor (held), whose node every alias mirrors without a reference of
+       its own (lz_tensor_set_node updates them all; node reference counts
+       decide in-place writes) and whose gradient, record and requires-grad flag
+       count (lz_tensor_of). The tensor lists its aliases in `aliases`,
+       linked by alias_next. An alias is in no registry (live, every tensor):
+       the tensor it shares stays in them while any alias holds it. */
+    lz_tensor *alias_of;
+    lz_tensor *aliases, *alias_next;
     /* references held by captured functions (engine/capture.c): a tensor with
        no others is freed as far as the program is concerned, and a replay
        bound to it must trace again */
@@ -46,6 +52,13 @@ struct lz_tensor {
        made from those it was given */
     uint64_t serial;
 };
+
+/* The tensor a handle stands for: t itself, or the tensor an lz_retain
+   handle shares. Gradients, records and requires-grad are read from it. */
+static inline lz_tensor *lz_tensor_of(const lz_tensor *t)
+{
+    return (lz_tensor *)(t->alias_of ? t->alias_of : t);
+}
 
 /* Wraps node (takes over the caller's reference) in a new handle, registers
    it in the current scope and, if pending, in the live registry. NULL (the
@@ -57,8 +70,10 @@ lz_tensor *lz_tensor_wrap(lz_node *node);
    the live registry if pending and live (a barrier materialises it rather
    than leaving it to be recomputed). */
 lz_tensor *lz_tensor_saved(lz_node *node, int live);
-/* Points t at node (takes over the caller's reference). A new value ends
-   the autograd record that described the old one (lz_ag_overwritten). */
+/* Points t (the tensor an lz_retain handle shares, if t is one) and every
+   lz_retain handle of it at node (takes over the caller's reference). A
+   new value ends the autograd record that described the old one
+   (lz_ag_overwritten). */
 void       lz_tensor_set_node(lz_tensor *t, lz_node *node);
 void       lz_tensor_ref(lz_tensor *t);
 /* The serial the next tensor made will have. */

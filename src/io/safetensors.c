@@ -13,7 +13,7 @@
 
 #include "base/bf16.h"
 #include "base/error.h"
-#include "io/durable.h"
+#include "base/durable.h"
 #include "io/json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -244,6 +244,18 @@ static int st_open(st_file *s, const char *fn, const char *path)
     for (int i = 0; i < s->n; i++) {
         const st_entry *e = order[i];
         if (e->begin == e->end) continue;
+        /* the reference implementation refuses bytes that belong to no
+           tensor: between two tensors, before the first or after the last */
+        const uint64_t from = prev ? prev->end : 0;
+        if (e->begin > from) {
+            char m[400];
+            snprintf(m, sizeof m, "bad header: data bytes [%llu, %llu] %s%s%s belong to no tensor",
+                     (unsigned long long)from, (unsigned long long)e->begin,
+                     prev ? "after tensor '" : "before the first tensor", prev ? prev->name : "",
+                     prev ? "'" : "");
+            free(order);
+            return st_fail(s, m);
+        }
         if (prev && e->begin < prev->end) {
             char m[400];
             snprintf(m, sizeof m, "bad header: data of tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] "
@@ -256,6 +268,12 @@ static int st_open(st_file *s, const char *fn, const char *path)
         prev = e;
     }
     free(order);
+    const uint64_t end = prev ? prev->end : 0;
+    if (end < s->data_size)
+        ST_FAILF(s, "%llu bytes after the last tensor's data (at %llu of %llu data bytes) belong to "
+                 "no tensor: not a safetensors file, or written over a longer one",
+                 (unsigned long long)(s->data_size - end), (unsigned long long)end,
+                 (unsigned long long)s->data_size);
     return 0;
 }
 

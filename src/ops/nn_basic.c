@@ -50,7 +50,7 @@ static int alias_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_t
 {
     (void)out;
     if (!lz_needs_grad(ag->in[0])) return 0;
-    gin[0] = lz_retain(gout);
+    gin[0] = lz_same_value(gout);
     return 0;
 }
 

@@ -13,8 +13,8 @@
 lz_tensor *lz_nn_const_scalar(float value);
 
 /* A new handle on x's node (no IR recorded) whose gradient passes straight
-   to x. Unlike lz_retain it is a distinct tensor, so a scope that made x
-   and the caller of the op can each drop their own handle. */
+   to x. A tensor of its own with its own record (an lz_retain handle
+   would share x's), in the current scope like any op's result. */
 lz_tensor *lz_nn_alias(const char *name, lz_tensor *x);
 
 /* lz_shutdown: drop the library's handles on the shared scalars and on the

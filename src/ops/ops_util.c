@@ -35,11 +35,7 @@ int lz_norm_axis(const char *op, int axis, int ndim)
     return axis < 0 ? axis + ndim : axis;
 }
 
-/* A distinct tensor on g's node, not lz_retain(g): a backward rule's g is
-   often a temporary its scope drops, and the engine releases the rule's
-   result from that scope; with lz_retain both would be one tensor and the
-   released creation handle would leak (one gradient-sized buffer per step). */
-static lz_tensor *same_value(lz_tensor *g)
+lz_tensor *lz_same_value(lz_tensor *g)
 {
     lz_node_ref(g->node);
     return lz_tensor_wrap(g->node);
@@ -54,8 +50,8 @@ lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like)
         int ld = d - (gn - ln);
         if (ld < 0 || (lz_t_shape(like)[ld] == 1 && lz_t_shape(g)[d] != 1)) axes[n++] = d;
     }
-    if (!n && gn == ln) return same_value(g);
-    lz_tensor *s = n ? lz_sum_axes(g, n, axes, 1) : same_value(g);
+    if (!n && gn == ln) return lz_same_value(g);
+    lz_tensor *s = n ? lz_sum_axes(g, n, axes, 1) : lz_same_value(g);
     lz_tensor *r = lz_reshape(s, ln, lz_t_shape(like));
     lz_free(s);
     return r;

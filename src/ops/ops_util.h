@@ -4,6 +4,12 @@
 
 #include "engine/tensor.h"
 
+/* A new tensor on g's current node (a handle of its own, in the current
+   scope, with no autograd record): what a backward rule returns when the
+   gradient passes through unchanged. Not lz_retain(g): that handle would
+   share g itself, and a gradient must be a tensor of its own. */
+lz_tensor *lz_same_value(lz_tensor *g);
+
 /* numpy broadcast of two shapes; on mismatch sets "op: shapes [..] and [..]
    cannot broadcast" and returns -1. */
 int lz_broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,

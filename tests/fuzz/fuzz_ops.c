@@ -65,8 +65,9 @@ static void drop_slot(int i)
 }
 
 /* Stores a new handle from a call that returned t (NULL: must have set an
-   error). Fills an empty slot, else replaces a chosen one. */
-static void put(rd *r, lz_tensor *t, const char *call)
+   error), owned by the scope at level (0: the harness). Fills an empty
+   slot, else replaces a chosen one. */
+static void put_at(rd *r, lz_tensor *t, const char *call, int level)
 {
     if (!t) { expect_error(call); return; }
     int k = -1;
@@ -76,13 +77,16 @@ static void put(rd *r, lz_tensor *t, const char *call)
         k = pick_index(r);
         drop_slot(k);
     }
-    slots[k] = (slot){t, depth, 0};
+    slots[k] = (slot){t, level, 0};
     if (lz_ndim(t) < 0 || lz_ndim(t) > LZ_MAX_DIMS || lz_numel(t) < 0) {
         fprintf(stderr, "fuzz_ops: %s returned a tensor with ndim %d numel %lld\n", call, lz_ndim(t),
                 (long long)lz_numel(t));
         abort();
     }
 }
+
+/* A handle made in the innermost scope (the scope owns it). */
+static void put(rd *r, lz_tensor *t, const char *call) { put_at(r, t, call, depth); }
 
 static void check_rc(int rc, const char *call)
 {
@@ -413,10 +417,8 @@ static void op_handles(rd *r)
         return;
     }
     if (k == 1) {
-        /* Only outside scopes: inside one, freeing the extra reference
-           would also cancel the scope's ownership of the creation handle
-           (lz_free cannot tell two references of one tensor apart). */
-        if (depth == 0) put(r, lz_retain(slots[i].t), "lz_retain");
+        /* a distinct handle the harness owns, in or out of a scope */
+        put_at(r, lz_retain(slots[i].t), "lz_retain", 0);
         return;
     }
     if (k == 2) {
@@ -442,8 +444,8 @@ static void op_grad(rd *r)
         check_rc(lz_backward(t), "lz_backward");
     } else if (k == 2) {
         lz_tensor *g = t ? lz_grad(t) : NULL;
-        /* borrowed: keep a reference of our own, outside scopes only */
-        if (g && depth == 0) put(r, lz_retain(g), "lz_retain(grad)");
+        /* borrowed: keep a handle of our own */
+        if (g) put_at(r, lz_retain(g), "lz_retain(grad)", 0);
     } else if (t) {
         lz_zero_grad(t);
     }

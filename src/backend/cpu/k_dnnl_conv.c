@@ -51,12 +51,13 @@
  * values LZ_WINOGRAD=0 gives.
  *
  * These rules come from measurements on two machines. LZ_DNNL_CONV=tune
- * instead times each step shape once per process, every way it can run
+ * instead times each step shape once per machine (conv_choices.c keeps the
+ * choice in a file that later processes read), every way it can run
  * (oneDNN, or k_conv.c one image per thread, or all images' columns in
  * one product), and keeps the fastest; a step state without a primitive
  * then runs k_conv.c's chosen path; a step on blocked layouts, oneDNN or
  * the rows where those apply. Off by default: a choice made on timings
- * makes results differ between runs.
+ * makes results differ between machines (LZ_DETERMINISTIC=1 never times).
  *
  * On by default (LZ_DNNL_CONV=0 turns it off). Results with and without
  * it, or with and without Winograd, differ by rounding; a model whose
@@ -70,6 +71,7 @@
 #include <string.h>
 
 #include "backend/cpu/bf16_isa.h"
+#include "backend/cpu/conv_choices.h"
 #include "backend/cpu/kernels.h"
 #include "base/bf16.h"
 #include "base/metrics.h"
@@ -86,11 +88,13 @@ static int forced = -1;
 
 int lz_dnnl_conv_enabled(void)
 {
-    static int from_env = -1;
-    if (forced >= 0) return forced;
+    static int from_env = -1, deterministic = -1;
     /* the choices "0|1|2|tune" are read as their index: tune is 3 */
     if (from_env < 0) from_env = (int)lz_setting_int(LZ_SETTING_DNNL_CONV);
-    return from_env;
+    if (deterministic < 0) deterministic = (int)lz_setting_int(LZ_SETTING_DETERMINISTIC);
+    const int mode = forced >= 0 ? forced : from_env;
+    /* deterministic: the rules, never a timing */
+    return mode == LZ_DNNL_CONV_TUNE && deterministic ? 1 : mode;
 }
 
 void lz_dnnl_conv_set(int on) { forced = on < 0 ? -1 : on > LZ_DNNL_CONV_TUNE ? LZ_DNNL_CONV_TUNE : on; }
@@ -561,14 +565,13 @@ enum { PER_IMAGE, GATHERED, ONEDNN, ROWS, N_WAYS };
    them added 8 s to the first compile. */
 #define TUNE_MIN_FLOPS 2e7
 #define TUNE_MAX_FLOPS 1e9
-#define KEY_LEN 22           /* op, x, w and y shapes, 7 attributes, x's and y's blocks */
-#define N_TUNED 512
+#define KEY_LEN LZ_CONV_KEY_LEN
+_Static_assert(N_WAYS == LZ_CONV_WAYS, "conv_choices.h counts the ways");
 
-/* What each step shape measured fastest, for the process: every
-   executable with that step makes the same choice, so compiling a graph
-   twice gives the same values, and it is timed once. */
-static struct { int64_t key[KEY_LEN]; int way; } tuned[N_TUNED];
-static int n_tuned;
+/* What each step shape measured fastest is kept (conv_choices.c) for the
+   process and, across processes, in a file: every executable with that
+   step makes the same choice, so compiling a graph twice gives the same
+   values, and it is timed once per machine. */
 static int64_t timed;   /* steps timed, ever (tests) */
 
 int64_t lz_dnnl_conv_timed(void) { return locked_read(&timed); }
@@ -585,25 +588,15 @@ static void step_key(const lz_instr *s, const lz_value *X, const lz_value *W, co
     for (int a = 0; a < 7; a++) key[13 + a] = s->iattr[a];
     key[20] = X->block;
     key[21] = Y->block;
+    key[22] = lz_winograd_enabled();
 }
 
-static int tuned_way(const int64_t *key)
-{
-    int way = -1;
-    pthread_mutex_lock(&lock);
-    for (int i = 0; i < n_tuned && way < 0; i++)
-        if (!memcmp(tuned[i].key, key, sizeof tuned[i].key)) way = tuned[i].way;
-    pthread_mutex_unlock(&lock);
-    return way;
-}
+static int tuned_way(const int64_t *key) { return lz_conv_choice_find(key); }
 
 static void remember_way(const int64_t *key, int way)
 {
+    lz_conv_choice_put(key, way);
     pthread_mutex_lock(&lock);
-    if (n_tuned < N_TUNED) {
-        memcpy(tuned[n_tuned].key, key, sizeof tuned[n_tuned].key);
-        tuned[n_tuned++].way = way;
-    }
     timed++;
     pthread_mutex_unlock(&lock);
 }
@@ -680,7 +673,7 @@ static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_instr *
         int64_t key[KEY_LEN];
         step_key(s, X, W, Y, key);
         const int known = tuned_way(key);
-        if (known >= 0) {
+        if (known == ROWS || known == ONEDNN) {   /* a file's other ways do not apply here */
             way = known;
         } else {
             const int way_ok[N_WAYS] = {0, 0, build_primitive(c, p, s) == 0, 1};
@@ -739,6 +732,8 @@ static void *conv_prepare(const lz_program *p, const lz_instr *s)
     int64_t key[KEY_LEN];
     step_key(s, X, W, Y, key);
     int way = mode != LZ_DNNL_CONV_TUNE || depthwise ? prior : tuned_way(key);
+    /* a recorded way this step cannot take (the file was edited) */
+    if (way == ROWS || (way == GATHERED && !lz_cpu_conv_can_gather(p, s))) way = prior;
     const double flops = conv_flops(X->shape, W->shape, Y->shape, G);
     if (way < 0 && (flops < TUNE_MIN_FLOPS || flops > TUNE_MAX_FLOPS)) way = prior;
     if (way < 0) {

@@ -80,11 +80,12 @@ const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op);   /* k_dnnl_conv.c 
 /* Whether conv2d steps use oneDNN primitives (k_dnnl_conv.c): 1 on the
    steps where they measured faster, 2 on every step oneDNN has a jit
    kernel for (to test them), 0 off, LZ_DNNL_CONV_TUNE: each step shape
-   timed once per process, every way it can run, when it is compiled.
-   LZ_DNNL_CONV=0, =1, =2 or =tune in the environment (read once through
-   the settings table) picks 0, 1, 2 or tune, anything else warns and uses
-   1; lz_dnnl_conv_set overrides that (-1: back to the environment) for
-   tests. Executables already compiled keep their choice. */
+   timed once per machine, every way it can run, when it is compiled
+   (conv_choices.h). LZ_DNNL_CONV=0, =1, =2 or =tune in the environment
+   (read once through the settings table) picks 0, 1, 2 or tune, anything
+   else warns and uses 1; lz_dnnl_conv_set overrides that (-1: back to the
+   environment) for tests; LZ_DETERMINISTIC=1 turns tune into 1.
+   Executables already compiled keep their choice. */
 #define LZ_DNNL_CONV_TUNE 3
 int  lz_dnnl_conv_enabled(void);
 void lz_dnnl_conv_set(int on);

@@ -7,7 +7,8 @@
  * exist (a kill -9 during a write); a live process's are left alone. A
  * target that exists and is not a regular file (/dev/full, a FIFO,
  * /dev/stdout) is written in place, since renaming over it would replace
- * the device. */
+ * the device. On the ground floor (it needs only the error module), so
+ * the kernels' on-disk caches use it as well as the file writers. */
 #ifndef LZ_DURABLE_H
 #define LZ_DURABLE_H
 
