@@ -1,0 +1,5 @@
+"""torch.compile(model, backend="lazyc"): placeholder until the backend lands."""
+
+
+def register():
+    pass
