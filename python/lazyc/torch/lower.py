@@ -77,8 +77,13 @@ def lowers(*ops):
     return reg
 
 
+class Handle(int):
+    """A lazyc tensor handle (an lz_tensor pointer), told apart from the
+    Python numbers an aten op also takes."""
+
+
 def _tensor_or_scalar(cx, v):
-    if isinstance(v, (int, float, bool)):
+    if type(v) in (int, float, bool):
         return cx.consts.scalar(v)
     return v
 
@@ -113,7 +118,10 @@ for _op, _fn in [(aten.neg, "lz_neg"), (aten.exp, "lz_exp"), (aten.log, "lz_log"
 
 @lowers(aten.rsub.Scalar, aten.rsub.Tensor)
 def _rsub(cx, node, a, b, alpha=1):
-    return _binary("lz_sub")(cx, node, b, a * alpha if alpha != 1 and not isinstance(a, int) else a)
+    a, b = _tensor_or_scalar(cx, a), _tensor_or_scalar(cx, b)
+    if alpha != 1:
+        a = cx.op("lz_mul", a, cx.consts.scalar(alpha))
+    return cx.op("lz_sub", b, a)
 
 
 @lowers(aten.gelu.default, aten.gelu_.default)
@@ -328,6 +336,7 @@ def _pair(v):
 
 @lowers(aten.convolution.default)
 def _conv(cx, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+
     if transposed or lib.lz_ndim(x) != 4:
         raise Unsupported("aten.convolution (only 2-d, not transposed)")
     o = Conv2dOpts()
@@ -498,7 +507,7 @@ class Context:
         h = getattr(lib, fn)(*args)
         if not h:
             raise error("%s (lowering %s)" % (fn, self.current))
-        return h
+        return Handle(h)
 
 
 BINARY = {t for t, f in LOWER.items() if getattr(f, "__name__", "") == "lower"}
@@ -526,11 +535,20 @@ def prepare_constants(gm, consts):
                 s(v)
 
 
+def _dead(n):
+    """A node whose value nothing reads and that changes nothing."""
+    if n.users or n.target in IN_PLACE or n.target == aten.copy_.default:
+        return False
+    schema = getattr(n.target, "_schema", None)
+    return not (schema is not None and schema.is_mutable)
+
+
 def unsupported_ops(gm):
     """The ops of gm that have no lowering, by name."""
     bad = []
     for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target is not operator.getitem and n.target not in LOWER:
+        if n.op == "call_function" and n.target is not operator.getitem and n.target not in LOWER \
+                and not _dead(n):
             bad.append(_name(n.target))
     return sorted(set(bad))
 
@@ -545,7 +563,7 @@ def run_graph(gm, inputs, consts, on_buffer_update=None):
         raise ValueError("graph has %d inputs, %d given" % (len(placeholders), len(inputs)))
     index = {}
     for i, (n, h) in enumerate(zip(placeholders, inputs)):
-        cx.env[n] = h
+        cx.env[n] = Handle(h) if type(h) is int else h
         index[n] = i
 
     def value(n):
@@ -565,6 +583,8 @@ def run_graph(gm, inputs, consts, on_buffer_update=None):
         if n.op != "call_function":
             raise Unsupported("fx node %s (%s)" % (n.op, n.target))
         cx.current = _name(n.target)
+        if _dead(n):
+            continue
         if n.target is operator.getitem:
             seq, i = load(n.args[0]), n.args[1]
             v = seq[i]
