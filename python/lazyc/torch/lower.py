@@ -483,6 +483,25 @@ def _sdpa(cx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return out if node.target == aten.scaled_dot_product_attention.default else (out, None)
 
 
+# ---- decompositions applied while tracing ----------------------------------
+
+class TracingMode(torch.overrides.TorchFunctionMode):
+    """Active while a step is traced: dropout is recorded as one
+    native_dropout, lowered to lz_dropout (lazyc's generator: its masks
+    differ from torch's, their distribution does not), instead of the
+    bernoulli_ on an empty tensor that its decomposition traces."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.nn.functional.dropout, torch.dropout):
+            names = ("input", "p", "training", "inplace") if func is torch.nn.functional.dropout \
+                else ("input", "p", "train")
+            a = dict(zip(names, args), **kwargs)
+            x, p, train = a["input"], a.get("p", 0.5), a.get("training", a.get("train", True))
+            return aten.native_dropout(x, p, train)[0] if train and p > 0 else x
+        return func(*args, **kwargs)
+
+
 # ---- the interpreter --------------------------------------------------------
 
 IN_PLACE = {aten.add_.Tensor, aten.add_.Scalar, aten.sub_.Tensor, aten.mul_.Tensor, aten.mul_.Scalar,

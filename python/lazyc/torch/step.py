@@ -156,7 +156,8 @@ class TrainStep:
         model, loss_fn, names = self.model, self.loss_fn, self.pnames + self.bnames
 
         def f(tensors, x, y):
-            return loss_fn(functional_call(model, dict(zip(names, tensors)), (x,)), y)
+            with lower.TracingMode():
+                return loss_fn(functional_call(model, dict(zip(names, tensors)), (x,)), y)
 
         ins = [p.detach().requires_grad_(p.requires_grad) for p in self.ptensors] + \
               [b.detach().clone() for b in self.btensors]
