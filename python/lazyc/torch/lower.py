@@ -48,6 +48,7 @@ class Constants:
     def __init__(self):
         self.scalars = {}
         self.tensors = []
+        self.by_key = {}
 
     def scalar(self, v):
         key = float(v)
@@ -57,7 +58,23 @@ class Constants:
             self.scalars[key] = h
         return h
 
+    def tensor(self, key, value):
+        """A data tensor holding value (a torch tensor), made once per key."""
+        h = self.by_key.get(key)
+        if h is None:
+            t = value.detach().contiguous()
+            dt = _dtype_of(t.dtype)
+            if dt is None:
+                raise Unsupported("a constant of dtype %s" % t.dtype)
+            shape = tuple(t.shape)
+            h = _chk(lib.lz_from_host(ctypes.c_void_p(t.data_ptr()), dt, len(shape), shape_arg(shape)),
+                     "lz_from_host")
+            self.by_key[key] = h
+            self.tensors.append(h)
+        return h
+
     def free(self):
+        self.by_key = {}
         for h in list(self.scalars.values()) + self.tensors:
             lib.lz_free(h)
         self.scalars.clear()
@@ -483,6 +500,32 @@ def _sdpa(cx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return out if node.target == aten.scaled_dot_product_attention.default else (out, None)
 
 
+# ---- tensors made from nothing: constants ----------------------------------
+
+FACTORIES = (aten.arange.default, aten.arange.start, aten.arange.start_step, aten.zeros.default,
+             aten.ones.default, aten.full.default, aten.scalar_tensor.default, aten.zeros_like.default,
+             aten.ones_like.default, aten.full_like.default)
+
+
+def _factory_value(node):
+    val = node.meta["val"]
+    if node.target in (aten.zeros_like.default, aten.ones_like.default, aten.full_like.default):
+        fill = {aten.zeros_like.default: 0, aten.ones_like.default: 1}.get(node.target)
+        fill = node.args[1] if fill is None else fill
+        return torch.full(tuple(val.shape), fill, dtype=val.dtype)
+    kw = dict(node.kwargs, device="cpu")
+    kw.pop("pin_memory", None)
+    return node.target(*node.args, **kw)
+
+
+def _factory(cx, node, *args, **kwargs):
+    return Handle(cx.consts.tensor(node, _factory_value(node)))
+
+
+for _op in FACTORIES:
+    LOWER[_op] = _factory
+
+
 # ---- decompositions applied while tracing ----------------------------------
 
 class TracingMode(torch.overrides.TorchFunctionMode):
@@ -548,6 +591,8 @@ def prepare_constants(gm, consts):
         if n.target in (aten.gelu.default, aten.gelu_.default):
             for v in (math.sqrt(2 / math.pi), 0.044715, 0.5, 1.0):
                 s(v)
+        if n.target in FACTORIES:
+            consts.tensor(n, _factory_value(n))
         if n.target == aten.embedding.default:
             s(1.0)
             for v in nums:
