@@ -103,6 +103,7 @@ _SIGS = {
     "lz_manual_seed": (None, [ctypes.c_uint64]),
     "lz_mark_step": (None, []),
     "lz_wait": (ctypes.c_int, []),
+    "lz_sync": (ctypes.c_int, [ctypes.POINTER(T), ctypes.c_int, ctypes.c_int]),
     "lz_requires_grad": (None, [T, ctypes.c_int]),
     "lz_backward": (ctypes.c_int, [T]),
     "lz_grad": (T, [T]),

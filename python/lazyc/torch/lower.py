@@ -105,8 +105,16 @@ def _tensor_or_scalar(cx, v):
     return v
 
 
+def _int_scalar(cx, v, other):
+    """v as a 0-d i64 constant when the other operand is an i64 tensor."""
+    if type(v) is int and type(other) is Handle and lib.lz_tensor_dtype(other) == I64:
+        return Handle(cx.consts.tensor(("i64", v), torch.tensor(v, dtype=torch.int64)))
+    return v
+
+
 def _binary(fn_name):
     def lower(cx, node, a, b, alpha=1):
+        a, b = _int_scalar(cx, a, b), _int_scalar(cx, b, a)
         a = _tensor_or_scalar(cx, a)
         b = _tensor_or_scalar(cx, b)
         if alpha != 1:
@@ -162,6 +170,12 @@ def _clamp_min(cx, node, x, lo):
     if lo == 0:
         return cx.op("lz_relu", x)
     return cx.op("lz_maximum", x, cx.consts.scalar(lo))
+
+
+@lowers(aten.threshold_backward.default)
+def _threshold_backward(cx, node, grad, x, threshold):
+    # relu's backward (aot_autograd's backward graphs): grad where x > threshold, else 0
+    return cx.op("lz_where", cx.op("lz_le", x, cx.consts.scalar(threshold)), cx.consts.scalar(0.0), grad)
 
 
 @lowers(aten.pow.Tensor_Scalar)
@@ -591,6 +605,9 @@ def prepare_constants(gm, consts):
         if n.target in (aten.gelu.default, aten.gelu_.default):
             for v in (math.sqrt(2 / math.pi), 0.044715, 0.5, 1.0):
                 s(v)
+        if n.target == aten.threshold_backward.default:
+            s(n.args[2])
+            s(0.0)
         if n.target in FACTORIES:
             consts.tensor(n, _factory_value(n))
         if n.target == aten.embedding.default:
@@ -607,10 +624,26 @@ def _dead(n):
     return not (schema is not None and schema.is_mutable)
 
 
+# Of the ops returning several values, the outputs the lowering computes
+# (statistics and indices saved for torch's backward are not).
+COMPUTED = {aten.native_batch_norm.default: {0}, aten._native_batch_norm_legit.default: {0},
+            aten._native_batch_norm_legit_functional.default: {0, 3, 4},
+            aten._native_batch_norm_legit_no_training.default: {0},
+            aten._native_batch_norm_legit.no_stats: {0}, aten.native_layer_norm.default: {0},
+            aten.max_pool2d_with_indices.default: {0}, aten.native_dropout.default: {0},
+            aten.nll_loss_forward.default: {0},
+            aten._scaled_dot_product_flash_attention_for_cpu.default: {0},
+            aten._scaled_dot_product_attention_math.default: {0}}
+
+
 def unsupported_ops(gm):
-    """The ops of gm that have no lowering, by name."""
+    """The ops of gm that have no lowering, by name (an op whose output the
+    graph uses and the lowering does not compute counts too)."""
     bad = []
     for n in gm.graph.nodes:
+        if n.target is operator.getitem and n.users and isinstance(n.args[0], torch.fx.Node) \
+                and n.args[0].target in COMPUTED and n.args[1] not in COMPUTED[n.args[0].target]:
+            bad.append("%s (output %d)" % (_name(n.args[0].target), n.args[1]))
         if n.op == "call_function" and n.target is not operator.getitem and n.target not in LOWER \
                 and not _dead(n):
             bad.append(_name(n.target))
