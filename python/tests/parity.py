@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import lazyc.torch as lzt  # noqa: E402
 
 TOL, MARGIN = 1e-4, 30.0
+F32_DRAWS = 3   # f32 runs with the weights moved by a few rounding steps (model_parity.py)
 
 
 def rel_err(got, ref):
@@ -69,8 +70,20 @@ def check(model, x, y, opt_kind="sgd", steps=3, loss_fn=loss_ce):
     m32 = copy.deepcopy(model)
     mlz = copy.deepcopy(model)
     x64 = x.double() if x.is_floating_point() else x
-    ref = eager(m64, make_opt(opt_kind, m64.parameters()), x64, y, steps, loss_fn)
+    y64 = y.double() if y.is_floating_point() else y
+    ref = eager(m64, make_opt(opt_kind, m64.parameters()), x64, y64, steps, loss_fn)
     t32 = eager(m32, make_opt(opt_kind, m32.parameters()), x, y, steps, loss_fn)
+    # PyTorch's own f32 error, the largest over runs from weights moved by
+    # ~2^-20 (a ReLU near its kink or a near-tie in max pooling flips in some
+    # runs): the conditioning of each tensor, not one run's luck
+    drawn = []
+    gen = torch.Generator().manual_seed(1234)
+    for _ in range(F32_DRAWS - 1):
+        mp = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in mp.parameters():
+                p.mul_(1 + (torch.rand(p.shape, generator=gen) * 2 - 1) * 2.0 ** -20)
+        drawn.append((mp, eager(mp, make_opt(opt_kind, mp.parameters()), x, y, steps, loss_fn)))
     opt = make_opt(opt_kind, mlz.parameters())
     step = lzt.train_step(mlz, opt, loss_fn)
     losses, counters = [], []
@@ -80,13 +93,14 @@ def check(model, x, y, opt_kind="sgd", steps=3, loss_fn=loss_ce):
         m = lzt.metrics()
         counters.append((m["executions"], m["compiles"]))
     lzt.sync(mlz, opt)
-    pairs = [("loss%d" % i, losses[i], t32[i], ref[i]) for i in range(steps)]
+    pairs = [("loss%d" % i, losses[i], [t32[i]] + [d[1][i] for d in drawn], ref[i]) for i in range(steps)]
     s64, s32, slz = state_tensors(m64), state_tensors(m32), state_tensors(mlz)
-    pairs += [(k, slz[k], s32[k], s64[k]) for k in s64]
+    sd = [state_tensors(d[0]) for d in drawn]
+    pairs += [(k, slz[k], [s32[k]] + [s[k] for s in sd], s64[k]) for k in s64]
     problems, worst = [], (0.0, None, 0.0, 0.0)
-    for name, got, f32, r in pairs:
+    for name, got, f32s, r in pairs:
         e = rel_err(got, r)
-        tol = max(TOL, MARGIN * rel_err(f32, r))
+        tol = max(TOL, MARGIN * max(rel_err(f, r) for f in f32s))
         if not e <= tol:
             problems.append("%s differs by %.3e (tolerance %.1e)" % (name, e, tol))
         if worst[1] is None or e / tol > worst[0]:

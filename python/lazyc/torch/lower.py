@@ -172,6 +172,11 @@ def _clamp_min(cx, node, x, lo):
     return cx.op("lz_maximum", x, cx.consts.scalar(lo))
 
 
+@lowers(aten.abs.default)
+def _abs(cx, node, x):
+    return cx.op("lz_maximum", x, cx.op("lz_neg", x))
+
+
 @lowers(aten.threshold_backward.default)
 def _threshold_backward(cx, node, grad, x, threshold):
     # relu's backward (aot_autograd's backward graphs): grad where x > threshold, else 0

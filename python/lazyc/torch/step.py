@@ -146,6 +146,7 @@ class TrainStep:
         self.key = None
         self.counted = {}        # buffer index -> increments per step (num_batches_tracked)
         self.steps = 0
+        self.traces = 0          # times the step function ran in Python (traced)
         self._error = None
         self._cb = STEP_FN(self._step_fn)
         _LIVE[id(model)] = self
@@ -185,6 +186,7 @@ class TrainStep:
 
     def _step_fn(self, ctx, ins, outs):
         try:
+            self.traces += 1
             for o in self.opts:
                 o.zero_grad()
             self._pending = {}
