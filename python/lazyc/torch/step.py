@@ -241,6 +241,8 @@ class TrainStep:
         loss = lib.lz_item(out[0])
         lib.lz_free(out[0])
         self.steps += 1
+        # torch's schedulers check that optimizer.step ran before them
+        self.optimizer._opt_called = True
         for i, n in self.counted.items():
             with torch.no_grad():
                 self.btensors[i].add_(n)   # the torch buffer counts as torch would
