@@ -120,6 +120,7 @@ def _binary(fn_name):
         if alpha != 1:
             b = cx.op("lz_mul", b, cx.consts.scalar(alpha))
         return cx.op(fn_name, a, b)
+    lower.binary = True      # its number operands become scalars (prepare_constants)
     return lower
 
 
@@ -129,11 +130,11 @@ for _op, _fn in [(aten.add, "lz_add"), (aten.sub, "lz_sub"), (aten.mul, "lz_mul"
     for _ov in ("Tensor", "Scalar"):
         if hasattr(_op, _ov):
             LOWER[getattr(_op, _ov)] = _binary(_fn)
-for _name_ in ("add_", "sub_", "mul_", "div_"):
+for _inplace in ("add_", "sub_", "mul_", "div_"):
     for _ov in ("Tensor", "Scalar"):
-        _packet = getattr(aten, _name_)
+        _packet = getattr(aten, _inplace)
         if hasattr(_packet, _ov):
-            LOWER[getattr(_packet, _ov)] = _binary("lz_" + _name_[:-1])
+            LOWER[getattr(_packet, _ov)] = _binary("lz_" + _inplace[:-1])
 
 for _op, _fn in [(aten.neg, "lz_neg"), (aten.exp, "lz_exp"), (aten.log, "lz_log"),
                  (aten.sqrt, "lz_sqrt"), (aten.rsqrt, "lz_rsqrt"), (aten.tanh, "lz_tanh"),
@@ -591,7 +592,7 @@ class Context:
         return Handle(h)
 
 
-BINARY = {t for t, f in LOWER.items() if getattr(f, "__name__", "") == "lower"}
+BINARY = {t for t, f in LOWER.items() if getattr(f, "binary", False)}
 
 
 def prepare_constants(gm, consts):
