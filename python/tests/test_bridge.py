@@ -256,6 +256,31 @@ def test_unsupported_op_named():
         raise AssertionError("a model using cumsum trained")
 
 
+def test_constants_made_while_tracing():
+    """A constant the lowering first needs inside the trace (not made ahead by
+    prepare_constants) outlives lz_call's scope: later calls read it, not a
+    freed handle."""
+    torch.manual_seed(8)
+    m1 = nn.Sequential(nn.Linear(4, 8), nn.GELU(approximate="tanh"), nn.Linear(8, 3))
+    m2 = copy.deepcopy(m1)
+    o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
+    prepare = lower.prepare_constants
+    lower.prepare_constants = lambda gm, consts: None
+    try:
+        step = lzt.train_step(m2, o2, parity.loss_ce)
+        x, y = r(5, 4), torch.tensor([0, 1, 2, 0, 1])
+        for i in range(5):
+            o1.zero_grad()
+            l1 = parity.loss_ce(m1(x * (i + 1)), y)
+            l1.backward()
+            o1.step()
+            l2 = step(x * (i + 1), y)
+            assert abs(l1.item() - l2) <= 1e-5 * max(1.0, abs(l2)), (i, l1.item(), l2)
+        step.close()
+    finally:
+        lower.prepare_constants = prepare
+
+
 def test_bad_optimizer_named():
     m = mlp()
     try:

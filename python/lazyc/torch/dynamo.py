@@ -29,6 +29,7 @@ class _Compiled:
         args = list(args)
         handles = [_to_lazyc(a) if isinstance(a, torch.Tensor) else a for a in args]
         lib.lz_scope_begin()
+        self.consts.in_scope = True
         try:
             outs = lower.run_graph(self.gm, handles, self.consts)
             live = [h for h in outs if isinstance(h, lower.Handle)]
@@ -47,6 +48,7 @@ class _Compiled:
                     raise error("lazyc torch.compile backend: reading an output")
                 results.append(t)
         finally:
+            self.consts.in_scope = False
             lib.lz_scope_end()
             for a, h in zip(args, handles):
                 if isinstance(a, torch.Tensor):

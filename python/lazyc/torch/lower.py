@@ -49,12 +49,21 @@ class Constants:
         self.scalars = {}
         self.tensors = []
         self.by_key = {}
+        # set while a scope is open (lz_call's trace, a compiled graph's
+        # run): a constant made then is retained, so the scope's end drops
+        # only its creation handle and the constant lives on for later calls
+        self.in_scope = False
+
+    def _own(self, h):
+        if self.in_scope:
+            lib.lz_retain(h)
+        return h
 
     def scalar(self, v):
         key = float(v)
         h = self.scalars.get(key)
         if h is None:
-            h = _chk(lib.lz_scalar(ctypes.c_float(key)), "lz_scalar")
+            h = self._own(_chk(lib.lz_scalar(ctypes.c_float(key)), "lz_scalar"))
             self.scalars[key] = h
         return h
 
@@ -67,8 +76,8 @@ class Constants:
             if dt is None:
                 raise Unsupported("a constant of dtype %s" % t.dtype)
             shape = tuple(t.shape)
-            h = _chk(lib.lz_from_host(ctypes.c_void_p(t.data_ptr()), dt, len(shape), shape_arg(shape)),
-                     "lz_from_host")
+            h = self._own(_chk(lib.lz_from_host(ctypes.c_void_p(t.data_ptr()), dt, len(shape),
+                                                shape_arg(shape)), "lz_from_host"))
             self.by_key[key] = h
             self.tensors.append(h)
         return h

@@ -191,6 +191,7 @@ class TrainStep:
                 o.zero_grad()
             self._pending = {}
             lib.lz_scope_begin()
+            self.consts.in_scope = True
             try:
                 loss = lower.run_graph(self.gm, self.handles + [ins[0], ins[1]], self.consts,
                                        self._on_buffer_update)
@@ -198,6 +199,7 @@ class TrainStep:
                     loss = loss[0]
                 lib.lz_keep(loss)
             finally:
+                self.consts.in_scope = False
                 lib.lz_scope_end()
             if lib.lz_backward(loss) != 0:
                 raise error("lazyc.torch: backward")
