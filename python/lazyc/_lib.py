@@ -1,0 +1,208 @@
+"""ctypes bindings of liblazyc.so: the C API of include/lazyc.h that the
+bridge uses, with argument and result types declared once here."""
+import ctypes
+import ctypes.util
+import os
+
+F32, I64, I32 = 0, 1, 2          # lz_dtype
+MAX_DIMS = 8
+
+T = ctypes.c_void_p               # lz_tensor *
+i64p = ctypes.POINTER(ctypes.c_int64)
+intp = ctypes.POINTER(ctypes.c_int)
+
+
+class Conv2dOpts(ctypes.Structure):
+    _fields_ = [("stride", ctypes.c_int * 2), ("padding", ctypes.c_int * 2),
+                ("dilation", ctypes.c_int * 2), ("groups", ctypes.c_int)]
+
+
+class Pool2dOpts(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_int * 2), ("stride", ctypes.c_int * 2),
+                ("padding", ctypes.c_int * 2), ("ceil_mode", ctypes.c_int),
+                ("count_include_pad", ctypes.c_int)]
+
+
+class SgdOpts(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_float), ("momentum", ctypes.c_float),
+                ("dampening", ctypes.c_float), ("weight_decay", ctypes.c_float),
+                ("nesterov", ctypes.c_int)]
+
+
+class AdamwOpts(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
+                ("decoupled", ctypes.c_int)]
+
+
+class Metrics(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64) for n in (
+        "mark_steps", "graphs", "executions", "compiles", "cache_hits",
+        "ir_nodes", "transfers_to_device", "transfers_from_device", "host_waits",
+        "capture_replays", "capture_fallbacks", "peak_bytes")] + \
+        [(n, ctypes.c_double) for n in ("trace_ms", "compile_ms", "execute_ms", "wait_ms", "flops")] + \
+        [("kernels", ctypes.c_int64), ("in_place_writes", ctypes.c_int64)]
+
+
+STEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T))
+
+# name: (restype, argtypes)
+_SIGS = {
+    "lz_version": (ctypes.c_char_p, []),
+    "lz_last_error": (ctypes.c_char_p, []),
+    "lz_clear_error": (None, []),
+    "lz_set_error": (None, None),
+    "lz_from_host": (T, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, i64p]),
+    "lz_zeros": (T, [ctypes.c_int, ctypes.c_int, i64p]),
+    "lz_full": (T, [ctypes.c_int, ctypes.c_int, i64p, ctypes.c_double]),
+    "lz_scalar": (T, [ctypes.c_float]),
+    "lz_retain": (T, [T]),
+    "lz_free": (None, [T]),
+    "lz_ndim": (ctypes.c_int, [T]),
+    "lz_dim": (ctypes.c_int64, [T, ctypes.c_int]),
+    "lz_numel": (ctypes.c_int64, [T]),
+    "lz_tensor_dtype": (ctypes.c_int, [T]),
+    "lz_to_host": (ctypes.c_int, [T, ctypes.c_void_p, ctypes.c_size_t]),
+    "lz_item": (ctypes.c_float, [T]),
+    "lz_copy_from_host": (ctypes.c_int, [T, ctypes.c_void_p, ctypes.c_size_t]),
+    "lz_scope_begin": (None, []),
+    "lz_scope_end": (None, []),
+    "lz_keep": (T, [T]),
+    "lz_neg": (T, [T]), "lz_exp": (T, [T]), "lz_log": (T, [T]), "lz_sqrt": (T, [T]),
+    "lz_rsqrt": (T, [T]), "lz_tanh": (T, [T]), "lz_sigmoid": (T, [T]), "lz_relu": (T, [T]),
+    "lz_gelu": (T, [T]), "lz_relu6": (T, [T]),
+    "lz_pow": (T, [T, ctypes.c_float]),
+    "lz_where": (T, [T, T, T]),
+    "lz_cast": (T, [T, ctypes.c_int]),
+    "lz_sum": (T, [T]), "lz_mean": (T, [T]),
+    "lz_sum_axes": (T, [T, ctypes.c_int, intp, ctypes.c_int]),
+    "lz_mean_axes": (T, [T, ctypes.c_int, intp, ctypes.c_int]),
+    "lz_max_axes": (T, [T, ctypes.c_int, intp, ctypes.c_int]),
+    "lz_reshape": (T, [T, ctypes.c_int, i64p]),
+    "lz_permute": (T, [T, intp]),
+    "lz_transpose": (T, [T, ctypes.c_int, ctypes.c_int]),
+    "lz_expand": (T, [T, ctypes.c_int, i64p]),
+    "lz_slice": (T, [T, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]),
+    "lz_cat": (T, [ctypes.POINTER(T), ctypes.c_int, ctypes.c_int]),
+    "lz_matmul": (T, [T, T]),
+    "lz_linear": (T, [T, T, T]),
+    "lz_softmax": (T, [T, ctypes.c_int]),
+    "lz_log_softmax": (T, [T, ctypes.c_int]),
+    "lz_cross_entropy": (T, [T, T]),
+    "lz_conv2d": (T, [T, T, T, Conv2dOpts]),
+    "lz_max_pool2d": (T, [T, Pool2dOpts]),
+    "lz_avg_pool2d": (T, [T, Pool2dOpts]),
+    "lz_adaptive_avg_pool2d": (T, [T, ctypes.c_int, ctypes.c_int]),
+    "lz_batch_norm": (T, [T, T, T, T, T, ctypes.c_int, ctypes.c_float, ctypes.c_float]),
+    "lz_layer_norm": (T, [T, ctypes.c_int, T, T, ctypes.c_float]),
+    "lz_embedding": (T, [T, T]),
+    "lz_hardtanh": (T, [T, ctypes.c_float, ctypes.c_float]),
+    "lz_flatten": (T, [T, ctypes.c_int]),
+    "lz_attention": (T, [T, T, T, T, ctypes.c_float]),
+    "lz_dropout": (T, [T, ctypes.c_float, ctypes.c_int]),
+    "lz_manual_seed": (None, [ctypes.c_uint64]),
+    "lz_mark_step": (None, []),
+    "lz_wait": (ctypes.c_int, []),
+    "lz_sync": (ctypes.c_int, [ctypes.POINTER(T), ctypes.c_int, ctypes.c_int]),
+    "lz_requires_grad": (None, [T, ctypes.c_int]),
+    "lz_backward": (ctypes.c_int, [T]),
+    "lz_grad": (T, [T]),
+    "lz_assign": (ctypes.c_int, [T, T]),
+    "lz_no_grad_begin": (None, []),
+    "lz_no_grad_end": (None, []),
+    "lz_sgd_new": (ctypes.c_void_p, [ctypes.POINTER(T), ctypes.c_int, SgdOpts]),
+    "lz_sgd_set_lr": (None, [ctypes.c_void_p, ctypes.c_float]),
+    "lz_sgd_step": (ctypes.c_int, [ctypes.c_void_p]),
+    "lz_sgd_zero_grad": (None, [ctypes.c_void_p]),
+    "lz_sgd_free": (None, [ctypes.c_void_p]),
+    "lz_adamw_new": (ctypes.c_void_p, [ctypes.POINTER(T), ctypes.c_int, AdamwOpts]),
+    "lz_adamw_set_lr": (None, [ctypes.c_void_p, ctypes.c_float]),
+    "lz_adamw_step": (ctypes.c_int, [ctypes.c_void_p]),
+    "lz_adamw_zero_grad": (None, [ctypes.c_void_p]),
+    "lz_adamw_free": (None, [ctypes.c_void_p]),
+    "lz_sgd_state": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]),
+    "lz_adamw_state": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]),
+    "lz_params_new": (ctypes.c_void_p, []),
+    "lz_params_free": (None, [ctypes.c_void_p]),
+    "lz_params_count": (ctypes.c_int, [ctypes.c_void_p]),
+    "lz_params_name": (ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_int]),
+    "lz_params_at": (T, [ctypes.c_void_p, ctypes.c_int]),
+    "lz_capture": (ctypes.c_void_p, [STEP_FN, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
+    "lz_call": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T)]),
+    "lz_fn_free": (None, [ctypes.c_void_p]),
+    "lz_metrics_get": (Metrics, []),
+    "lz_metrics_reset": (None, []),
+}
+
+
+def _candidates():
+    env = os.environ.get("LAZYC_LIB")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))          # python/lazyc -> repository root
+    c = []
+    if os.path.isfile(os.path.join(repo, "include", "lazyc.h")):
+        try:
+            builds = sorted(d for d in os.listdir(repo) if d.startswith("build"))
+        except OSError:
+            builds = []
+        c += [os.path.join(repo, d, "liblazyc.so") for d in builds]
+    found = ctypes.util.find_library("lazyc")
+    c += [found] if found else []
+    c += ["/usr/local/lib/liblazyc.so", "/usr/lib/liblazyc.so", "liblazyc.so"]
+    return c, False
+
+
+class LazycNotFound(ImportError):
+    pass
+
+
+def load():
+    cands, from_env = _candidates()
+    tried = []
+    for path in cands:
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        for name, (res, args) in _SIGS.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            if args is not None:
+                fn.argtypes = args
+        lib.path = path
+        return lib
+    hint = ("LAZYC_LIB is set but does not name a loadable liblazyc.so" if from_env else
+            "build lazyc (cmake --build build) or install it, or set LAZYC_LIB=/path/to/liblazyc.so")
+    raise LazycNotFound("lazyc: liblazyc.so not found: %s; tried %s" % (hint, "; ".join(tried)))
+
+
+lib = load()
+
+
+def error(what):
+    """A RuntimeError carrying lazyc's last error."""
+    msg = lib.lz_last_error()
+    return RuntimeError("%s: %s" % (what, msg.decode() if msg else "unknown lazyc error"))
+
+
+def shape_arg(shape):
+    return (ctypes.c_int64 * max(1, len(shape)))(*shape)
+
+
+def int_arg(vals):
+    return (ctypes.c_int * max(1, len(vals)))(*vals)
+
+
+def metrics():
+    m = lib.lz_metrics_get()
+    return {name: getattr(m, name) for name, _ in Metrics._fields_}
+
+
+def metrics_reset():
+    lib.lz_metrics_reset()

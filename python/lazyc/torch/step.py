@@ -1,0 +1,317 @@
+"""train_step: a whole PyTorch training step as one lazyc execution.
+
+The model's forward and the loss are traced once with make_fx (fake tensors,
+nothing computed) into one aten graph over (parameters, buffers, x, y). That
+graph is lowered to lazyc ops inside a step function given to lz_capture,
+followed by lazyc's in-graph backward and optimizer update (lz_sgd/lz_adamw
+implement torch.optim.SGD/Adam/AdamW's formulas, with the learning rate and
+Adam's step count as data). lz_capture traces the step function once and
+replays it: a call is one lz_call, one execution, and never enters Python
+while replaying.
+"""
+import ctypes
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.func import functional_call
+
+from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64, I32
+from . import lower
+
+_DTYPES = {torch.float32: F32, torch.int64: I64, torch.int32: I32}
+
+_LIVE = {}      # id(model) -> the latest TrainStep over it, for sync()
+
+
+def _to_lazyc(t):
+    t = t.detach().contiguous()
+    if t.dtype not in _DTYPES:
+        raise TypeError("lazyc.torch: tensors must be float32, int64 or int32, not %s" % t.dtype)
+    if t.device.type != "cpu":
+        raise TypeError("lazyc.torch: tensors must be on the CPU (lazyc runs them), not %s" % t.device)
+    shape = tuple(t.shape)
+    h = lib.lz_from_host(ctypes.c_void_p(t.data_ptr()), _DTYPES[t.dtype], len(shape), shape_arg(shape))
+    if not h:
+        raise error("lz_from_host")
+    return h
+
+
+def _to_torch(h, like):
+    """Copies lazyc tensor h into torch tensor `like` (same shape and dtype)."""
+    tmp = torch.empty(like.shape, dtype=like.dtype)
+    if lib.lz_to_host(h, ctypes.c_void_p(tmp.data_ptr()), tmp.numel() * tmp.element_size()) != 0:
+        raise error("lz_to_host")
+    with torch.no_grad():
+        like.copy_(tmp)
+
+
+class _Opt:
+    """One lazyc optimizer for one torch.optim param group."""
+
+    def __init__(self, kind, group, handles, params):
+        self.kind, self.group, self.params = kind, group, params
+        arr = (ctypes.c_void_p * len(handles))(*handles)
+        zero = -1e30  # LZ_OPT_ZERO: an exact 0 where 0 would mean "torch's default"
+        if group.get("maximize") or group.get("differentiable"):
+            raise ValueError("lazyc.torch: maximize/differentiable optimizers are not supported")
+        if kind == "sgd":
+            o = SgdOpts(lr=group["lr"] or zero, momentum=group["momentum"], dampening=group["dampening"],
+                        weight_decay=group["weight_decay"], nesterov=int(bool(group["nesterov"])))
+            self.h = lib.lz_sgd_new(arr, len(handles), o)
+        else:
+            if group.get("amsgrad"):
+                raise ValueError("lazyc.torch: Adam/AdamW with amsgrad is not supported")
+            b1, b2 = group["betas"]
+            o = AdamwOpts(lr=group["lr"] or zero, beta1=b1 or zero, beta2=b2 or zero,
+                          eps=group["eps"] or zero, weight_decay=group["weight_decay"],
+                          decoupled=int(kind == "adamw"))
+            self.h = lib.lz_adamw_new(arr, len(handles), o)
+        if not self.h:
+            raise error("lazyc.torch: making the %s optimizer" % kind)
+        self.lr = float(group["lr"])
+
+    def set_lr_if_changed(self):
+        lr = float(self.group["lr"])
+        if lr != self.lr:
+            (lib.lz_sgd_set_lr if self.kind == "sgd" else lib.lz_adamw_set_lr)(self.h, ctypes.c_float(lr))
+            self.lr = lr
+
+    def zero_grad(self):
+        (lib.lz_sgd_zero_grad if self.kind == "sgd" else lib.lz_adamw_zero_grad)(self.h)
+
+    def step(self):
+        return (lib.lz_sgd_step if self.kind == "sgd" else lib.lz_adamw_step)(self.h)
+
+    def state(self):
+        """{(param index in group, state name): handle} (new handles, caller frees the set)."""
+        ps = lib.lz_params_new()
+        fn = lib.lz_sgd_state if self.kind == "sgd" else lib.lz_adamw_state
+        if fn(self.h, ps, b"s") != 0:
+            lib.lz_params_free(ps)
+            raise error("lazyc.torch: reading the optimizer state")
+        out = {}
+        for i in range(lib.lz_params_count(ps)):
+            name = lib.lz_params_name(ps, i).decode().split(".")
+            if len(name) == 3:
+                out[(int(name[2]), name[1])] = lib.lz_params_at(ps, i)
+            else:
+                out[(None, name[1])] = lib.lz_params_at(ps, i)
+        return ps, out
+
+    def free(self):
+        (lib.lz_sgd_free if self.kind == "sgd" else lib.lz_adamw_free)(self.h)
+
+
+def _opt_kind(optimizer):
+    if type(optimizer) is torch.optim.SGD:
+        return "sgd"
+    if type(optimizer) is torch.optim.AdamW:
+        return "adamw"
+    if type(optimizer) is torch.optim.Adam:
+        return "adam"
+    raise TypeError("lazyc.torch.train_step: optimizer must be torch.optim.SGD, Adam or AdamW, not %s"
+                    % type(optimizer).__name__)
+
+
+class TrainStep:
+    """The callable train_step returns: step(x, y) -> loss as a float."""
+
+    def __init__(self, model, optimizer, loss_fn):
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        kind = _opt_kind(optimizer)
+        if any(optimizer.state.get(p) for g in optimizer.param_groups for p in g["params"]):
+            raise ValueError("lazyc.torch.train_step: the optimizer has state already; start from a "
+                             "fresh optimizer (loading torch's optimizer state is not supported yet)")
+        self.pnames = [n for n, _ in model.named_parameters()]
+        self.ptensors = [p for _, p in model.named_parameters()]
+        self.bnames = [n for n, _ in model.named_buffers()]
+        self.btensors = [b for _, b in model.named_buffers()]
+        self.handles = [_to_lazyc(t) for t in self.ptensors + self.btensors]
+        by_id = {}
+        for p, h in zip(self.ptensors, self.handles):
+            if p.requires_grad:
+                lib.lz_requires_grad(h, 1)
+            by_id[id(p)] = h
+        self.opts = []
+        for g in optimizer.param_groups:
+            ps = [p for p in g["params"] if p.requires_grad]
+            for p in ps:
+                if id(p) not in by_id:
+                    raise ValueError("lazyc.torch.train_step: the optimizer holds a tensor that is not "
+                                     "one of the model's parameters")
+            if ps:
+                self.opts.append(_Opt(kind, g, [by_id[id(p)] for p in ps], ps))
+        self.consts = lower.Constants()
+        self.fn = None
+        self.key = None
+        self.counted = {}        # buffer index -> increments per step (num_batches_tracked)
+        self.steps = 0
+        self.traces = 0          # times the step function ran in Python (traced)
+        self._error = None
+        self._cb = STEP_FN(self._step_fn)
+        _LIVE[id(model)] = self
+
+    # -- tracing ----------------------------------------------------------
+    def _trace(self, x, y):
+        np_ = len(self.ptensors)
+        model, loss_fn, names = self.model, self.loss_fn, self.pnames + self.bnames
+
+        def f(tensors, x, y):
+            with lower.TracingMode():
+                return loss_fn(functional_call(model, dict(zip(names, tensors)), (x,)), y)
+
+        ins = [p.detach().requires_grad_(p.requires_grad) for p in self.ptensors] + \
+              [b.detach().clone() for b in self.btensors]
+        gm = make_fx(f, tracing_mode="fake")(ins, x, y)
+        bad = lower.unsupported_ops(gm)
+        if bad:
+            raise lower.Unsupported("lazyc.torch.train_step: lazyc has no lowering for %s" % ", ".join(bad))
+        out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+        if isinstance(out, (list, tuple)) and len(out) != 1:
+            raise ValueError("lazyc.torch.train_step: loss_fn must return one tensor")
+        lower.prepare_constants(gm, self.consts)
+        self.np = np_
+        return gm
+
+    def _on_buffer_update(self, index, node):
+        i = index - self.np
+        if 0 <= i < len(self.btensors) and self.btensors[i].dtype == torch.int64 \
+                and node.target in (lower.aten.add_.Tensor, lower.aten.add_.Scalar) \
+                and isinstance(node.args[1], int):
+            # num_batches_tracked += 1: an integer count, kept on the host and written by sync()
+            self._pending[i] = self._pending.get(i, 0) + node.args[1]
+            return
+        raise lower.Unsupported("lazyc.torch: %s on the buffer %s" % (lower._name(node.target),
+                                                                       (self.pnames + self.bnames)[index]))
+
+    def _step_fn(self, ctx, ins, outs):
+        try:
+            self.traces += 1
+            for o in self.opts:
+                o.zero_grad()
+            self._pending = {}
+            lib.lz_scope_begin()
+            self.consts.in_scope = True
+            try:
+                loss = lower.run_graph(self.gm, self.handles + [ins[0], ins[1]], self.consts,
+                                       self._on_buffer_update)
+                if isinstance(loss, (list, tuple)):
+                    loss = loss[0]
+                lib.lz_keep(loss)
+            finally:
+                self.consts.in_scope = False
+                lib.lz_scope_end()
+            if lib.lz_backward(loss) != 0:
+                raise error("lazyc.torch: backward")
+            for o in self.opts:
+                if o.step() != 0:
+                    raise error("lazyc.torch: optimizer step")
+            self.counted = self._pending
+            outs[0] = loss
+            return 0
+        except BaseException as e:  # noqa: B902 - a C callback must not raise
+            self._error = e
+            lib.lz_set_error(b"%s", str(e).encode()[:400])
+            return -1
+
+    # -- calls ------------------------------------------------------------
+    def __call__(self, x, y):
+        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
+        if key != self.key:
+            if self.fn:
+                lib.lz_fn_free(self.fn)
+                self.fn = None
+            self.gm = self._trace(x, y)
+            self.fn = lib.lz_capture(self._cb, None, 2, 1)
+            if not self.fn:
+                raise error("lz_capture")
+            self.key = key
+        for o in self.opts:
+            o.set_lr_if_changed()
+        hx, hy = _to_lazyc(x), _to_lazyc(y)
+        ins = (ctypes.c_void_p * 2)(hx, hy)
+        out = (ctypes.c_void_p * 1)()
+        self._error = None
+        rc = lib.lz_call(self.fn, ins, out)
+        lib.lz_free(hx)
+        lib.lz_free(hy)
+        if rc != 0:
+            e, self._error = self._error, None
+            if e is not None:
+                raise e
+            raise error("lazyc.torch: the step")
+        loss = lib.lz_item(out[0])
+        lib.lz_free(out[0])
+        self.steps += 1
+        # torch's schedulers check that optimizer.step ran before them
+        self.optimizer._opt_called = True
+        for i, n in self.counted.items():
+            with torch.no_grad():
+                self.btensors[i].add_(n)   # the torch buffer counts as torch would
+        return float(loss)
+
+    # -- write back -------------------------------------------------------
+    def sync(self):
+        for t, h in zip(self.ptensors + self.btensors, self.handles):
+            if t.dtype == torch.int64 and t.dim() == 0 and any(
+                    t is self.btensors[i] for i in self.counted):
+                continue     # counted on the host already
+            _to_torch(h, t)
+        for o in self.opts:
+            ps, st = o.state()
+            try:
+                for i, p in enumerate(o.params):
+                    s = self.optimizer.state[p]
+                    if o.kind == "sgd":
+                        if (i, "momentum_buffer") in st and self.steps:
+                            buf = s.get("momentum_buffer")
+                            if buf is None:
+                                buf = s["momentum_buffer"] = torch.empty_like(p)
+                            _to_torch(st[(i, "momentum_buffer")], buf)
+                    elif self.steps:
+                        for name in ("exp_avg", "exp_avg_sq"):
+                            if name not in s:
+                                s[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                            _to_torch(st[(i, name)], s[name])
+                        if "step" not in s:
+                            s["step"] = torch.tensor(0.0)
+                        _to_torch(st[(i, "step")], s["step"])
+            finally:
+                lib.lz_params_free(ps)
+
+    def close(self):
+        if self.fn:
+            lib.lz_fn_free(self.fn)
+            self.fn = None
+        for o in self.opts:
+            o.free()
+        self.opts = []
+        for h in self.handles:
+            lib.lz_free(h)
+        self.handles = []
+        self.consts.free()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def train_step(model, optimizer, loss_fn):
+    """step(x, y) -> float: forward, loss_fn(output, y), backward and the
+    optimizer's update as one lazyc execution. lazyc holds the parameters,
+    buffers and optimizer state from here on; sync(model, optimizer) writes
+    them back into the torch objects."""
+    return TrainStep(model, optimizer, loss_fn)
+
+
+def sync(model, optimizer=None):
+    """Writes lazyc's parameters, buffers and (given the optimizer) its
+    state back into the torch model and optimizer."""
+    st = _LIVE.get(id(model))
+    if st is None:
+        raise ValueError("lazyc.torch.sync: no train_step was made for this model")
+    if optimizer is not None and optimizer is not st.optimizer:
+        raise ValueError("lazyc.torch.sync: this optimizer is not the one given to train_step")
+    st.sync()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The PyTorch bridge (python/): `pip install ./python` into a temporary
+# folder, then python/tests/test_bridge.py with the pinned PyTorch 2.9
+# environment of scripts/pyenv.sh (made on first use: a multi-GB download).
+# Without that environment (no network): a failure under CI=true, else a
+# skip (77) with the reason.
+# usage: test_bridge.sh LIBLAZYC_SO [--all]
+set -uo pipefail
+lib=$1
+shift
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(dirname "$here")"
+if ! py="$("$repo/scripts/pyenv.sh" torch)"; then
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAILED: the PyTorch environment could not be made (scripts/pyenv.sh torch, above); CI needs it" >&2
+        exit 1
+    fi
+    echo "SKIPPED: test_bridge: no PyTorch 2.9 environment (scripts/pyenv.sh torch failed, above: it needs the network once)"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# The package installs with pip and works from outside the repository,
+# finding the library through LAZYC_LIB.
+"$py" -m pip install -q --no-deps --target "$tmp/site" "$repo/python" \
+    > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; echo "FAIL: pip install ./python"; exit 1; }
+(cd "$tmp" && LAZYC_LIB="$lib" PYTHONPATH="$tmp/site" "$py" -c '
+import lazyc, lazyc.torch as lzt, torch
+assert lazyc.__file__.startswith("'"$tmp"'/site"), lazyc.__file__
+assert "lazyc" in torch._dynamo.list_backends(), torch._dynamo.list_backends()
+print("installed lazyc", lazyc.__version__, "metrics:", sorted(lzt.metrics())[:3], "...")
+') || { echo "FAIL: the installed package"; exit 1; }
+
+cd "$repo/python/tests" && LAZYC_LIB="$lib" OMP_NUM_THREADS=2 "$py" test_bridge.py "$@"
