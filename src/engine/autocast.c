@@ -45,12 +45,17 @@ int lz_autocast_end(void)
     return 0;
 }
 
-int lz_autocast_cacheable(const lz_tensor *x) { return x->requires_grad && !x->ag; }
+int lz_autocast_cacheable(const lz_tensor *x)
+{
+    x = lz_tensor_of(x);   /* an lz_retain handle stands for its tensor */
+    return x->requires_grad && !x->ag;
+}
 
 lz_tensor *lz_autocast_cached(lz_tensor *x)
 {
     for (int i = 0; i < n_cache; i++)
-        if (cache[i].src == x) return cache[i].node == x->node ? cache[i].cast : NULL;
+        if (lz_tensor_of(cache[i].src) == lz_tensor_of(x))
+            return cache[i].node == x->node ? cache[i].cast : NULL;
     return NULL;
 }
 
@@ -58,7 +63,7 @@ int lz_autocast_cache_put(lz_tensor *x, lz_tensor *cast)
 {
     if (!lz_autocast_cacheable(x)) return -1;
     for (int i = 0; i < n_cache; i++)
-        if (cache[i].src == x) {   /* x was assigned since: the old cast is stale */
+        if (lz_tensor_of(cache[i].src) == lz_tensor_of(x)) {   /* x was assigned since: the old cast is stale */
             lz_free(cache[i].cast);
             cache[i].node = x->node;
             cache[i].cast = cast;

@@ -15,7 +15,7 @@ static int conv_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g32, lz_ten
 {
     (void)out;
     lz_tensor *x = ag->in[0], *w = ag->in[1];
-    lz_tensor *g = lz_t_dtype(x) == LZ_BF16 ? lz_cast(g32, LZ_BF16) : lz_retain(g32);
+    lz_tensor *g = lz_t_dtype(x) == LZ_BF16 ? lz_cast(g32, LZ_BF16) : lz_same_value(g32);
     if (!g) return -1;
     int rc = 0;
     if (lz_needs_grad(x)) {

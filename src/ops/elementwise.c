@@ -338,7 +338,7 @@ static int cast_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tenso
     if (!lz_needs_grad(ag->in[0])) return 0;
     /* gradients stay f32 (also those of bf16 values: autocast's products
        give f32), so a cast between f32 and bf16 passes g on as it is */
-    gin[0] = lz_t_dtype(g) == LZ_F32 && ag->attrs.iattr[0] ? lz_retain(g) : lz_cast(g, LZ_F32);
+    gin[0] = lz_t_dtype(g) == LZ_F32 && ag->attrs.iattr[0] ? lz_same_value(g) : lz_cast(g, LZ_F32);
     return gin[0] ? 0 : -1;
 }
 

@@ -32,7 +32,7 @@ static lz_tensor *matmul_t(lz_tensor *a, int ta, lz_tensor *b, int tb)
    forward's were (autocast: both backward products in bf16, f32 out). */
 static lz_tensor *grad_operand(lz_tensor *gout, const lz_tensor *a)
 {
-    return lz_t_dtype(a) == LZ_BF16 ? lz_cast(gout, LZ_BF16) : lz_retain(gout);
+    return lz_t_dtype(a) == LZ_BF16 ? lz_cast(gout, LZ_BF16) : lz_same_value(gout);
 }
 
 static int matmul_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g32, lz_tensor **gin)

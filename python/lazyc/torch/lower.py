@@ -50,13 +50,14 @@ class Constants:
         self.tensors = []
         self.by_key = {}
         # set while a scope is open (lz_call's trace, a compiled graph's
-        # run): a constant made then is retained, so the scope's end drops
-        # only its creation handle and the constant lives on for later calls
+        # run): a constant made then is kept through a retained handle (in
+        # no scope), so the scope's end frees only the creation handle and
+        # the constant lives on for later calls
         self.in_scope = False
 
     def _own(self, h):
         if self.in_scope:
-            lib.lz_retain(h)
+            return _chk(lib.lz_retain(h), "lz_retain")
         return h
 
     def scalar(self, v):
