@@ -199,3 +199,79 @@ def pool_index(mod, plane):
     u = F.unfold(_padded(mod, plane, -1.0), k, dilation=_pair(mod.dilation),
                  stride=_pair(mod.stride or mod.kernel_size))
     return u.view(k[0] * k[1], -1).long()
+
+
+class CallProbe:
+    """Like Probe, but one entry per call: a module called twice in a
+    forward (torchvision's BasicBlock and Bottleneck use one ReLU after
+    their first normalisation and after the residual add) has its inputs
+    under "name" and "name#2". Used on a failure (model_parity.own_tie)."""
+
+    def __init__(self, model):
+        self.acts, self.mods, self.hooks, self.calls = {}, {}, [], {}
+        for name, m in model.named_modules():
+            if isinstance(m, KINDS):
+                self.hooks.append(m.register_forward_pre_hook(self._keep(name, m)))
+
+    def _keep(self, name, mod):
+        def pre(m, inp):
+            k = self.calls.get(name, 0) + 1
+            self.calls[name] = k
+            key = name if k == 1 else f"{name}#{k}"
+            self.acts[key] = inp[0].detach().clone()
+            self.mods[key] = mod
+        return pre
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
+
+
+def tied_calls(probe64, probe32):
+    """Every probed call with a tie within rounding: key -> (tau, record),
+    the record as ties() makes it, plus "units" (ReLU: the flat indices of
+    every unit closer to its kink than tau)."""
+    out = {}
+    for r in ties(probe64, probe32.acts):
+        if not r["tie"]:
+            continue
+        x = probe64.acts[r["layer"]].double()
+        if r["kind"] != "max-pool":
+            dist = x.abs()
+            if r["kind"] == "ReLU6":
+                dist = torch.minimum(dist, (x - 6).abs())
+            r = dict(r, units=((dist < r["tau"]) & (x != 0)).flatten().nonzero().flatten().tolist())
+        out[r["layer"]] = r
+    return out
+
+
+def other_side_hooks(model, recs):
+    """Forward pre-hooks that put each tied choice of recs (tied_calls'
+    records, keyed per call) on its other side, by a change of the input
+    within rounding: a max-pool window takes its second-largest input, a
+    ReLU unit's input is mirrored across its kink (x -> -x). Returns the
+    handles."""
+    by_mod = {}
+    mods = dict(model.named_modules())
+    for key, r in recs.items():
+        name, _, call = key.partition("#")
+        by_mod.setdefault(name, {})[int(call or 1)] = r
+    hooks = []
+    for name, calls in by_mod.items():
+        mod = mods[name]
+        count = [0]
+
+        def pre(m, inp, calls=calls, count=count):
+            count[0] += 1
+            r = calls.get(count[0])
+            if r is None:
+                return None
+            x = inp[0]
+            if r["kind"] == "max-pool":
+                return _flipper(m, r["tau"])(m, inp)
+            y = x.detach().clone().flatten()
+            idx = torch.tensor(r["units"], dtype=torch.long)
+            y[idx] = -y[idx]
+            return (x + (y.view_as(x) - x).detach(),) + tuple(inp[1:])
+        hooks.append(mod.register_forward_pre_hook(pre))
+    return hooks

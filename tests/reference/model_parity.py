@@ -585,6 +585,7 @@ def check_model(name, args, tmp):
         else:
             worst, largest, problems = compare(os.path.join(case, "expected_sgd.safetensors"), s,
                                                skip_suffix="num_batches_tracked", sens=sens["sgd"])
+            state_problems = list(problems)
             got_losses = [float(t.split()[3]) for t in out.splitlines() if t.startswith("step ")]
             loss_tols = [max(TOL, MARGIN * e) for e in sens.get("losses", [])][:k]
             loss_errs = [abs(g - r) / max(abs(r), 1e-30) for g, r in zip(got_losses, ref_losses)]
@@ -595,6 +596,21 @@ def check_model(name, args, tmp):
             parts.append(f"state after {cut} SGD step{'s' if cut > 1 else ''}: " + describe(worst, largest) +
                          (f"; losses of steps 1-{k}" if k > 1 else "; loss of step 1") +
                          f": largest error {max(loss_errs, default=0):.1e}")
+            own = own_tie(name, args, w, i, tmp, cut, sens) if state_problems and cut > 1 else None
+            if own:
+                # lazyc took the other side of a tie: the state after `cut`
+                # steps follows it; step t's gradients were checked against
+                # float64 on that side, step 1's above, and the losses of
+                # steps 1..t are compared
+                t, r = own
+                parts.append(f"TIE WITHIN ROUNDING on lazyc's own trajectory: at lazyc's weights after "
+                             f"step {t - 1}, step {t}'s gradients match float64's with {choice_text(r)} "
+                             f"({choices.FACTOR:g}x PyTorch's own f32 error {r['err']:.1e} there)" +
+                             (f" and {r['others']} other tied calls" if r["others"] else "") +
+                             f" on its other side; the state after {cut} steps ({state_problems[0]}) "
+                             f"is not compared, the losses of steps 1-{t} are")
+                problems = [q for q in problems if q not in state_problems and
+                            not (q.startswith("loss of step") and int(q.split()[3]) > t)]
             if problems:
                 fails.append(f"after {cut} SGD steps: " + "; ".join(problems[:6]) + hint +
                              f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
@@ -602,6 +618,68 @@ def check_model(name, args, tmp):
     line = (f"{name} [torch {t_ref:.0f} s{' (cached)' if cached else ''}, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
             "".join("\n    " + p for p in parts))
     return not fails, line + "".join("\n    FAILED: " + f for f in fails)
+
+
+def own_tie(name, args, w, i, tmp, last, sens):
+    """Whether lazyc's trajectory took the other side of a tie within
+    rounding (docs/testing.md, "Ties within rounding"): a trajectory within
+    the tolerances may carry a unit or window the reference kept far from
+    its kink onto it. For t in 2..last, at lazyc's own weights after step
+    t - 1 (`test_models sgd ... t-1:t-1`): lazyc's gradient of step t
+    (`test_models grads`) against float64's at those weights; if they
+    differ, against float64's with the step's tied choices (choices.py:
+    gap below 2x PyTorch's own f32 error there; ReLUs per call) put on
+    their other side, each call's alone, then all. Returns (t, record) for
+    the first step explained that way, or None (no step differs, or one
+    differs that no tie explains: a real difference)."""
+    tensors, _ = load_file(i)
+    x, y = tensors["x"], tensors["y"]
+    tol = sens.get("grads", {})
+
+    def matches(lz, model, hooks):
+        model.zero_grad(set_to_none=True)
+        loss = loss_of(model, x.double() if x.is_floating_point() else x, y)
+        loss.backward()
+        for h in hooks:
+            h.remove()
+        ref = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        return all(n in lz and rel_err(lz[n], g) <= tolerance(n, tol) for n, g in ref.items())
+
+    for t in range(2, last + 1):
+        state_path = os.path.join(tmp, f"own_{t - 1}.safetensors")
+        grads_path = os.path.join(tmp, f"own_grads_{t}.safetensors")
+        if run_cmd([args.test_models, "sgd", name, w, i, state_path, f"{t - 1}:{t - 1}"])[0] != 0 or \
+           run_cmd([args.test_models, "grads", name, state_path, i, grads_path])[0] != 0:
+            return None
+        state, _ = load_file(state_path)
+        lz, _ = load_file(grads_path)
+        models, probes = [], []
+        for dtype in (torch.float64, torch.float32):
+            model = bert_ref.disable_dropout(make_case(name)[0]).to(dtype).train()
+            sd = model.state_dict()
+            for k, v in state.items():
+                if k in sd and not k.endswith("num_batches_tracked"):
+                    sd[k] = v.to(dtype) if v.is_floating_point() else v
+            model.load_state_dict(sd)
+            probe = choices.CallProbe(model)
+            with torch.no_grad():
+                loss_of(model, x.to(dtype) if x.is_floating_point() else x, y)
+            probe.remove()
+            models.append(model)
+            probes.append(probe)
+        m64 = models[0]
+        if matches(lz, m64, []):
+            continue   # step t agrees with float64: look further
+        tied = choices.tied_calls(probes[0], probes[1])
+        trials = [{k: r} for k, r in sorted(tied.items(), key=lambda kr: closeness(kr[1]))][:16]
+        if len(tied) > 1:
+            trials.append(tied)
+        for trial in trials:
+            if matches(lz, m64, choices.other_side_hooks(m64, trial)):
+                r = min(trial.values(), key=closeness)
+                return t, dict(r, others=len(trial) - 1)
+        return None
+    return None
 
 
 def first_step_hint(sens):
