@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Step time of one model: lazyc.torch.train_step against PyTorch eager and
+"""Step time of a model: lazyc.torch.train_step against PyTorch eager and
 (--inductor) torch.compile with Inductor over the whole step, same process,
-same batch, SGD lr 0.01 momentum 0.9, cross-entropy. Prints one JSON line.
+same batch, SGD lr 0.01 momentum 0.9, cross-entropy over every target.
+Prints one JSON line per model. The models are python/tests/test_bridge.py's
+zoo (10 classes; the ViT at 32x32 with 2 layers, BERT with 1 layer);
+--input is NxCxHxW, or BxT tokens for BERT_pytorch (default 4x128).
 
     LAZYC_LIB=build/liblazyc.so PYTHONPATH=python $(scripts/pyenv.sh torch) \\
-        bench/torch_bridge.py --model resnet18 --input 8x3x128x128 --steps 5 [--inductor]
+        bench/torch_bridge.py --models resnet18,vgg16 --input 8x3x128x128 --steps 5 [--inductor]
 """
 import argparse
 import copy
@@ -14,10 +17,10 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))
+import parity  # noqa: E402  (loss_ce: cross-entropy over every target)
 import test_bridge  # noqa: E402  (the zoo's PyTorch definitions, dropout off)
 import lazyc.torch as lzt  # noqa: E402
 
@@ -41,31 +44,45 @@ def timed(fn, warmup, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--model", default=None, help="one model (the same as --models with one name)")
+    ap.add_argument("--models", default="resnet18")
     ap.add_argument("--input", default="8x3x128x128")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--inductor", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(2)
+    for name in (a.model or a.models).split(","):
+        run_model(name, a)
+
+
+def run_model(name, a):
     torch.manual_seed(0)
-    shape = [int(v) for v in a.input.split("x")]
-    x = torch.rand(shape) * 2 - 1
-    y = torch.randint(0, 10, (shape[0],))
-    base = test_bridge.zoo(a.model)
-    out = {"model": a.model, "input": a.input}
+    if name == "BERT_pytorch":
+        b, t = [int(v) for v in (a.input if a.input.count("x") == 1 else "4x128").split("x")]
+        x, y = torch.randint(0, 30522, (b, t)), torch.randint(0, 30522, (b, t))
+        size = f"{b}x{t}"
+    else:
+        shape = [int(v) for v in a.input.split("x")]
+        if name == "timm_vision_transformer":
+            shape[2:] = [32, 32]
+        x = torch.rand(shape) * 2 - 1
+        y = torch.randint(0, 10, (shape[0],))
+        size = "x".join(str(v) for v in shape)
+    base = test_bridge.zoo(name)
+    out = {"model": name, "input": size}
 
     m = copy.deepcopy(base)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 
     def eager():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(m(x), y).backward()
+        parity.loss_ce(m(x), y).backward()
         opt.step()
     out["torch_eager_ms"] = timed(eager, a.warmup, a.steps)
 
     m2 = copy.deepcopy(base)
-    step = lzt.train_step(m2, torch.optim.SGD(m2.parameters(), lr=0.01, momentum=0.9), F.cross_entropy)
+    step = lzt.train_step(m2, torch.optim.SGD(m2.parameters(), lr=0.01, momentum=0.9), parity.loss_ce)
     out["lazyc_train_step_ms"] = timed(lambda: step(x, y), a.warmup, a.steps)
     lzt.metrics_reset()
     step(x, y)
@@ -79,10 +96,10 @@ def main():
         @torch.compile
         def whole():
             opt3.zero_grad(set_to_none=True)
-            F.cross_entropy(m3(x), y).backward()
+            parity.loss_ce(m3(x), y).backward()
             opt3.step()
         out["torch_compile_inductor_ms"] = timed(whole, a.warmup, a.steps)
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
