@@ -72,6 +72,9 @@ _SIGS = {
     "lz_rsqrt": (T, [T]), "lz_tanh": (T, [T]), "lz_sigmoid": (T, [T]), "lz_relu": (T, [T]),
     "lz_gelu": (T, [T]), "lz_relu6": (T, [T]),
     "lz_pow": (T, [T, ctypes.c_float]),
+    "lz_add": (T, [T, T]), "lz_sub": (T, [T, T]), "lz_mul": (T, [T, T]), "lz_div": (T, [T, T]),
+    "lz_maximum": (T, [T, T]), "lz_eq": (T, [T, T]), "lz_lt": (T, [T, T]), "lz_le": (T, [T, T]),
+    "lz_gt": (T, [T, T]), "lz_ge": (T, [T, T]),
     "lz_where": (T, [T, T, T]),
     "lz_cast": (T, [T, ctypes.c_int]),
     "lz_sum": (T, [T]), "lz_mean": (T, [T]),
@@ -158,6 +161,25 @@ class LazycNotFound(ImportError):
     pass
 
 
+class _Library:
+    """liblazyc's functions with their declared signatures only: ctypes
+    would call an undeclared one as returning a C int, cutting a tensor
+    pointer to 32 bits (a crash, or another tensor, once the heap is above
+    2 GiB), so a name missing from _SIGS is an AttributeError instead."""
+
+    def __init__(self, cdll, path):
+        self.path = path
+        for name, (res, args) in _SIGS.items():
+            fn = getattr(cdll, name)
+            fn.restype = res
+            if args is not None:
+                fn.argtypes = args
+            setattr(self, name, fn)
+
+    def __getattr__(self, name):
+        raise AttributeError("lazyc: %s has no declared signature in lazyc/_lib.py (_SIGS)" % name)
+
+
 def load():
     cands, from_env = _candidates()
     tried = []
@@ -166,17 +188,11 @@ def load():
             tried.append(path + " (missing)")
             continue
         try:
-            lib = ctypes.CDLL(path)
+            cdll = ctypes.CDLL(path)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
-        for name, (res, args) in _SIGS.items():
-            fn = getattr(lib, name)
-            fn.restype = res
-            if args is not None:
-                fn.argtypes = args
-        lib.path = path
-        return lib
+        return _Library(cdll, path)
     hint = ("LAZYC_LIB is set but does not name a loadable liblazyc.so" if from_env else
             "build lazyc (cmake --build build) or install it, or set LAZYC_LIB=/path/to/liblazyc.so")
     raise LazycNotFound("lazyc: liblazyc.so not found: %s; tried %s" % (hint, "; ".join(tried)))

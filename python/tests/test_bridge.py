@@ -421,6 +421,22 @@ def test_compile_backend():
 
 # ---- the package ---------------------------------------------------------------
 
+def test_only_declared_functions():
+    # an undeclared ctypes function returns a C int: a tensor pointer cut to
+    # 32 bits, which crashed --all once the heap grew past 2 GiB (lz_add was
+    # undeclared); every function the lowering names must be declared
+    try:
+        lib.lz_not_a_function
+    except AttributeError as e:
+        assert "no declared signature" in str(e), e
+    else:
+        raise AssertionError("an undeclared function was callable")
+    names = {f.__closure__[0].cell_contents for f in lower.LOWER.values()
+             if getattr(f, "binary", False)}
+    for name in names:
+        assert getattr(lib, name).restype is not None, name
+
+
 def test_missing_library_message():
     env = dict(os.environ, LAZYC_LIB="/nonexistent/liblazyc.so")
     p = subprocess.run([sys.executable, "-c", "import lazyc"], env=env, capture_output=True, text=True,
