@@ -126,10 +126,6 @@ static int keep_slots(const lz_graph *g, int **keep_out)
     return oom ? -1 : 0;
 }
 
-/* A step that fails before it is enqueued (compile, an output allocation)
-   ends like one that fails on the executor: its results report the error
-   when read, what it updated keeps its previous value, and the next
-   lz_wait reports it. Nothing is left pending to be applied later. */
 /* keep_slots' answer for output o alone, without allocating: for
    fail_outputs when keep_slots had no memory (slow: every live tensor and
    input per output, but only a failing step pays it). */
@@ -147,6 +143,10 @@ static int kept_slot(const lz_graph *g, int o)
     return keep == -2 ? -1 : keep;
 }
 
+/* A step that fails before it is enqueued (compile, an output allocation)
+   ends like one that fails on the executor: its results report the error
+   when read, what it updated keeps its previous value, and the next
+   lz_wait reports it. Nothing is left pending to be applied later. */
 static void fail_outputs(const lz_graph *g, const int *keep)
 {
     char msg[512];
