@@ -8,7 +8,7 @@ discrete change that says nothing about the code (docs/testing.md, "Ties
 within rounding").
 
     probe = Probe(model)     # forward pre-hooks on every MaxPool2d, ReLU, ReLU6
-    probe.acts               # name -> a copy of that module's input in the last forward
+    probe.acts               # name (name#2, ... for later calls) -> a copy of that call's input
     ties(probe64, acts32)    # one record per layer: the closest call and its tau
 
 tau, per layer = FACTOR x PyTorch's own f32 error on that layer's input
@@ -35,19 +35,30 @@ KINDS = (nn.MaxPool2d, nn.ReLU, nn.ReLU6)
 
 class Probe:
     """Keeps a copy of the input of every max-pool and ReLU of model
-    (copies: squeezenet's ReLUs work in place) while on."""
+    (copies: squeezenet's ReLUs work in place) while on, one entry per
+    call: a module called twice in a forward (torchvision's BasicBlock and
+    Bottleneck use one ReLU after their first normalisation and after the
+    residual add) has its inputs under "name" and "name#2". clear() before
+    each new forward."""
 
     def __init__(self, model):
-        self.acts, self.mods, self.hooks = {}, {}, []
+        self.acts, self.mods, self.hooks, self.calls = {}, {}, [], {}
         for name, m in model.named_modules():
             if isinstance(m, KINDS):
-                self.mods[name] = m
-                self.hooks.append(m.register_forward_pre_hook(self._keep(name)))
+                self.hooks.append(m.register_forward_pre_hook(self._keep(name, m)))
 
-    def _keep(self, name):
-        def pre(mod, inp):
-            self.acts[name] = inp[0].detach().clone()
+    def _keep(self, name, mod):
+        def pre(m, inp):
+            k = self.calls.get(name, 0) + 1
+            self.calls[name] = k
+            key = name if k == 1 else f"{name}#{k}"
+            self.acts[key] = inp[0].detach().clone()
+            self.mods[key] = mod
         return pre
+
+    def clear(self):
+        self.acts.clear()
+        self.calls.clear()
 
     def remove(self):
         for h in self.hooks:
@@ -201,36 +212,10 @@ def pool_index(mod, plane):
     return u.view(k[0] * k[1], -1).long()
 
 
-class CallProbe:
-    """Like Probe, but one entry per call: a module called twice in a
-    forward (torchvision's BasicBlock and Bottleneck use one ReLU after
-    their first normalisation and after the residual add) has its inputs
-    under "name" and "name#2". Used on a failure (model_parity.own_tie)."""
-
-    def __init__(self, model):
-        self.acts, self.mods, self.hooks, self.calls = {}, {}, [], {}
-        for name, m in model.named_modules():
-            if isinstance(m, KINDS):
-                self.hooks.append(m.register_forward_pre_hook(self._keep(name, m)))
-
-    def _keep(self, name, mod):
-        def pre(m, inp):
-            k = self.calls.get(name, 0) + 1
-            self.calls[name] = k
-            key = name if k == 1 else f"{name}#{k}"
-            self.acts[key] = inp[0].detach().clone()
-            self.mods[key] = mod
-        return pre
-
-    def remove(self):
-        for h in self.hooks:
-            h.remove()
-
-
 def tied_calls(probe64, probe32):
-    """Every probed call with a tie within rounding: key -> (tau, record),
-    the record as ties() makes it, plus "units" (ReLU: the flat indices of
-    every unit closer to its kink than tau)."""
+    """Every probed call with a tie within rounding: key -> the record as
+    ties() makes it, plus "units" for a ReLU (the flat indices of every unit
+    closer to its kink than tau)."""
     out = {}
     for r in ties(probe64, probe32.acts):
         if not r["tie"]:

@@ -187,7 +187,7 @@ def trajectory(model, x, y, dtype=torch.float64, steps=SGD_STEPS, f32_model=None
         loss = loss_of(model, xd, y)
         if probe:
             conds.append(choices.ties(probe, acts32))
-            probe.acts.clear()
+            probe.clear()
             del acts32
         loss.backward()
         if step == 0:
@@ -628,7 +628,7 @@ def own_tie(name, args, w, i, tmp, last, sens):
     t - 1 (`test_models sgd ... t-1:t-1`): lazyc's gradient of step t
     (`test_models grads`) against float64's at those weights; if they
     differ, against float64's with the step's tied choices (choices.py:
-    gap below 2x PyTorch's own f32 error there; ReLUs per call) put on
+    gap below 2x PyTorch's own f32 error there, each call of a module apart) put on
     their other side, each call's alone, then all. Returns (t, record) for
     the first step explained that way, or None (no step differs, or one
     differs that no tie explains: a real difference)."""
@@ -661,7 +661,7 @@ def own_tie(name, args, w, i, tmp, last, sens):
                 if k in sd and not k.endswith("num_batches_tracked"):
                     sd[k] = v.to(dtype) if v.is_floating_point() else v
             model.load_state_dict(sd)
-            probe = choices.CallProbe(model)
+            probe = choices.Probe(model)
             with torch.no_grad():
                 loss_of(model, x.to(dtype) if x.is_floating_point() else x, y)
             probe.remove()
