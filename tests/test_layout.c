@@ -10,12 +10,15 @@
  * blocked kernel) on the CPU backend, with fusion on and off: its
  * activations go blocked, what the user reads back (loss, gradients)
  * equals the plain-layout executable's, and a step is still one
- * execution. */
+ * execution. Under autocast (bf16), the convolutions' bf16 operands go
+ * blocked too where oneDNN has bf16 kernels (none where it widens them:
+ * k_conv.c reads plain layouts), with the same results as plain ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/kernels.h"
 #include "compile/executable.h"
 #include "engine/cache.h"
@@ -211,14 +214,14 @@ static lz_tensor *net_loss(net *n)
 typedef struct outcome {
     float v[12][9216];
     int64_t n[12];
-    int blocked, boundary_ok, execs, compiles;
+    int blocked, blocked_bf16, boundary_ok, execs, compiles;
 } outcome;
 
 /* One training step's loss and gradients, compiled afresh, blocked
    layouts and fusion on or off. The step's intermediates die before the
    barrier (a live handle would make its value an output, plain), and the
    executable the barrier runs is compiled here first, to look inside. */
-static void run_step(int blocked, int fusion, outcome *o)
+static void run_step(int blocked, int fusion, int bf16, outcome *o)
 {
     memset(o, 0, sizeof *o);
     lz_blocked_layouts_set(blocked);
@@ -228,7 +231,9 @@ static void run_step(int blocked, int fusion, outcome *o)
     net n;
     net_init(&n);
     lz_scope_begin();
+    if (bf16) CHECK(lz_autocast_begin(LZ_BF16) == 0);
     lz_tensor *loss = lz_keep(net_loss(&n));
+    if (bf16) CHECK(lz_autocast_end() == 0);
     CHECK(lz_backward(loss) == 0);
     lz_scope_end();
     lz_tensor *read[12] = {loss,          lz_grad(n.w1), lz_grad(n.c1), lz_grad(n.g1),
@@ -244,6 +249,7 @@ static void run_step(int blocked, int fusion, outcome *o)
     for (int v = 0; e && v < e->prog.n_values; v++) {
         const lz_value *val = &e->prog.values[v];
         o->blocked += val->block != 0;
+        o->blocked_bf16 += val->block != 0 && val->dtype == LZ_BF16;
         if (val->block && val->kind != LZ_VALUE_TEMP) o->boundary_ok = 0;
     }
     if (e) lz_cache_insert(e);
@@ -266,6 +272,23 @@ static void run_step(int blocked, int fusion, outcome *o)
     lz_fusion_set(-1);
 }
 
+/* Each result of b against plain's: relative to the result's scale, or
+   to 1e-2 for the conv bias's gradient, zero through batch norm but for
+   rounding. */
+static void check_same(const outcome *b, const outcome *plain, double tol, const char *what)
+{
+    for (int i = 0; i < 12; i++) {
+        CHECK_EQ_I(b->n[i], plain->n[i]);
+        double scale = 0;
+        for (int64_t k = 0; k < plain->n[i]; k++)
+            if (fabs(plain->v[i][k]) > scale) scale = fabs(plain->v[i][k]);
+        double err = lz_test_rel_err(b->v[i], plain->v[i], plain->n[i]) * scale /
+                     (scale > 1e-2 ? scale : 1e-2);
+        if (err > tol) fprintf(stderr, "%s, result %d: rel err %g\n", what, i, err);
+        CHECK(err <= tol);
+    }
+}
+
 static void check_cnn_step(void)
 {
     if (!lz_cpu_layout_block()) {
@@ -274,37 +297,52 @@ static void check_cnn_step(void)
         return;
     }
     static outcome plain, blocked[2];
-    run_step(0, 1, &plain);
+    run_step(0, 1, 0, &plain);
     CHECK_EQ_I(plain.blocked, 0);
     CHECK_EQ_I(plain.execs, 1);
     CHECK_EQ_I(plain.compiles, 0);   /* the barrier ran the executable looked at */
     for (int fusion = 0; fusion < 2; fusion++) {
         const outcome *b = &blocked[fusion];
-        run_step(1, fusion, &blocked[fusion]);
+        run_step(1, fusion, 0, &blocked[fusion]);
         /* conv outputs, batch norms', ReLU's and the add's results, pooled
            and concatenated values, and their gradients: a dozen at least */
         CHECK(b->blocked >= 12);
+        CHECK_EQ_I(b->blocked_bf16, 0);
         CHECK(b->boundary_ok);
         CHECK_EQ_I(b->execs, 1);
         CHECK_EQ_I(b->compiles, 0);
-        for (int i = 0; i < 12; i++) {
-            CHECK_EQ_I(b->n[i], plain.n[i]);
-            /* relative to the result's scale, or to 1e-2 for the conv
-               bias's gradient, zero through batch norm but for rounding */
-            double scale = 0;
-            for (int64_t k = 0; k < plain.n[i]; k++)
-                if (fabs(plain.v[i][k]) > scale) scale = fabs(plain.v[i][k]);
-            double err = lz_test_rel_err(b->v[i], plain.v[i], plain.n[i]) * scale /
-                         (scale > 1e-2 ? scale : 1e-2);
-            if (err > 1e-5) fprintf(stderr, "fusion %d, result %d: rel err %g\n", fusion, i, err);
-            CHECK(err <= 1e-5);
-        }
+        check_same(b, &plain, 1e-5, fusion ? "fused" : "unfused");
     }
+}
+
+/* The same step under autocast: both convolutions' bf16 activations (x
+   and the pooled h, forward and for the weight gradients) and the bf16
+   gradients their backward products read go blocked, and the results are
+   the plain executable's but for the order of the float32 sums (both read
+   the same bf16 operands). */
+static void check_cnn_step_bf16(void)
+{
+    if (!lz_cpu_layout_block()) return;
+    static outcome plain, blocked;
+    run_step(0, 1, 1, &plain);
+    run_step(1, 1, 1, &blocked);
+    CHECK_EQ_I(plain.blocked, 0);
+    CHECK_EQ_I(blocked.execs, 1);
+    CHECK(blocked.boundary_ok);
+    if (lz_cpu_bf16_way() == LZ_BF16_WIDENED) {
+        CHECK_EQ_I(blocked.blocked_bf16, 0);
+    } else {
+        /* x cast for conv 1, h cast for conv 2, conv 2's output gradient
+           cast for its backward products; conv 1's too */
+        CHECK(blocked.blocked_bf16 >= 3);
+    }
+    check_same(&blocked, &plain, 1e-4, "bf16");
 }
 
 int main(void)
 {
     check_pass_rules();
     check_cnn_step();
+    check_cnn_step_bf16();
     return lz_test_done();
 }

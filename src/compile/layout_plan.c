@@ -23,17 +23,22 @@
 #include "backend/backend.h"
 #include "compile/program.h"
 
-static int is_4d_f32(const lz_value *v) { return v->dtype == LZ_F32 && v->ndim == 4; }
+/* f32, or bf16 (autocast's convolution operands: oneDNN's bf16 kernels
+   take the same channel blocks) */
+static int is_4d_float(const lz_value *v)
+{
+    return (v->dtype == LZ_F32 || v->dtype == LZ_BF16) && v->ndim == 4;
+}
 
 /* Same bytes in both layouts: one pixel a channel (a global pool's output). */
 static int neutral(const lz_value *v, int b)
 {
-    return is_4d_f32(v) && v->shape[2] * v->shape[3] == 1 && v->shape[1] % b == 0;
+    return is_4d_float(v) && v->shape[2] * v->shape[3] == 1 && v->shape[1] % b == 0;
 }
 
 static int eligible(const lz_value *v, int b)
 {
-    return v->kind == LZ_VALUE_TEMP && is_4d_f32(v) && v->shape[1] % b == 0 &&
+    return v->kind == LZ_VALUE_TEMP && is_4d_float(v) && v->shape[1] % b == 0 &&
            v->shape[2] * v->shape[3] > 1;
 }
 

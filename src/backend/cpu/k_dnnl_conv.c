@@ -406,7 +406,10 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
 {
     const lz_value *X, *W, *Y;
     if (!lz_dnnl_conv_enabled() || !conv_operands(p, s, &X, &W, &Y)) return 0;
-    if (X->dtype != LZ_F32 || W->dtype != LZ_F32 || Y->dtype != LZ_F32) return 0;
+    /* bf16 operands only where oneDNN has bf16 kernels: widened ones run
+       k_conv.c, which reads plain layouts */
+    const int bf16 = X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
+    if (bf16 && lz_cpu_bf16_way() == LZ_BF16_WIDENED) return 0;
     /* an image's 3 channels stay plain; the first conv's output need not */
     const int block[3] = {X->shape[1] % b ? 0 : b, 0, Y->shape[1] % b ? 0 : b};
     if ((!block[0] && !block[2]) || !take_engine()) return 0;
@@ -433,7 +436,8 @@ static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
     dnnl_primitive_desc_t pd = bad ? NULL : descs_pd(op, &d, 1);
     if (!bad && !pd && blocked) {   /* oneDNN picks every layout; reorders around it */
         for (int k = 0; k < 3; k += 2)
-            bad |= dnnl_memory_desc_init_by_tag(&d.ask[k], 4, d.plain[k].dims, dnnl_f32,
+            bad |= dnnl_memory_desc_init_by_tag(&d.ask[k], 4, d.plain[k].dims,
+                                                d.plain[k].data_type,
                                                 dnnl_format_tag_any) != dnnl_success;
         if (!bad) pd = descs_pd(op, &d, 0);
     }
@@ -702,8 +706,10 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1
        (jit_bf16, f32 diff weights) ran 10-40x slower than widening to f32
        for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step) */
-    const lz_value *W = &p->values[s->op == LZ_OP_CONV2D_GRAD_WEIGHT ? s->out : s->in[1]];
-    const int slow = s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
+    const lz_value *X, *W, *Y;
+    conv_operands(p, s, &X, &W, &Y);
+    const int blocked = X->block || Y->block;   /* only a primitive reads them */
+    const int slow = !blocked && s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
     if (!slow && lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
