@@ -126,6 +126,7 @@ LZ_API lz_tensor *lz_log(lz_tensor *x);
 LZ_API lz_tensor *lz_sqrt(lz_tensor *x);
 LZ_API lz_tensor *lz_rsqrt(lz_tensor *x);
 LZ_API lz_tensor *lz_pow(lz_tensor *x, float exponent);   /* exponent is part of the op */
+LZ_API lz_tensor *lz_scale(lz_tensor *x, float factor);   /* x * factor; a model's constant, part of the op */
 LZ_API lz_tensor *lz_tanh(lz_tensor *x);
 LZ_API lz_tensor *lz_sigmoid(lz_tensor *x);
 LZ_API lz_tensor *lz_relu(lz_tensor *x);

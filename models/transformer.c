@@ -43,9 +43,10 @@ lz_tensor *lz_tf_self_attention(const lz_params *p, const char *prefix, lz_tenso
     lz_tensor *o;
     if (attn_dropout > 0) {
         /* nn.MultiheadAttention drops attention probabilities, which the
-           fused op does not: compose it. The scale is data (lz_scalar),
-           never a baked constant. */
-        lz_tensor *qs = lz_mul(q, lz_scalar((float)(1.0 / sqrt((double)(e / heads)))));
+           fused op does not: compose it. The scale is the model's
+           constant, an attribute of the op: as host data (lz_scalar) a
+           captured step would freeze it, and say so. */
+        lz_tensor *qs = lz_scale(q, (float)(1.0 / sqrt((double)(e / heads))));
         lz_tensor *att = lz_softmax(lz_matmul(qs, lz_transpose(k, 2, 3)), 3);
         o = lz_matmul(lz_dropout(att, attn_dropout, 1), v);
     } else {

@@ -72,6 +72,7 @@ _SIGS = {
     "lz_rsqrt": (T, [T]), "lz_tanh": (T, [T]), "lz_sigmoid": (T, [T]), "lz_relu": (T, [T]),
     "lz_gelu": (T, [T]), "lz_relu6": (T, [T]),
     "lz_pow": (T, [T, ctypes.c_float]),
+    "lz_scale": (T, [T, ctypes.c_float]),
     "lz_add": (T, [T, T]), "lz_sub": (T, [T, T]), "lz_mul": (T, [T, T]), "lz_div": (T, [T, T]),
     "lz_maximum": (T, [T, T]), "lz_eq": (T, [T, T]), "lz_lt": (T, [T, T]), "lz_le": (T, [T, T]),
     "lz_gt": (T, [T, T]), "lz_ge": (T, [T, T]),

@@ -4,7 +4,6 @@
 #include <math.h>
 
 #include "base/error.h"
-#include "ops/elementwise.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 
@@ -46,7 +45,7 @@ lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mas
     lz_tensor *s = lz_matmul(q, lz_transpose(k, -2, -1));
     /* 1/sqrt(d) depends on the shape alone, so it may be a constant of the
        graph; a scale the caller chose is a hyperparameter and stays data */
-    s = scale_t ? lz_mul(s, scale_t) : lz_scale_const(s, (float)(1.0 / sqrt((double)shq[nq - 1])));
+    s = scale_t ? lz_mul(s, scale_t) : lz_scale(s, (float)(1.0 / sqrt((double)shq[nq - 1])));
     if (mask && s) {
         lz_tensor *m = lz_add(s, mask);
         if (!m) {

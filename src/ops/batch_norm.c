@@ -12,7 +12,6 @@
 
 #include "autograd/autograd.h"
 #include "base/error.h"
-#include "ops/elementwise.h"
 #include "ops/ops_util.h"
 
 #define N_TEMPS 32
@@ -136,7 +135,7 @@ static lz_tensor *fused_train(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
         lz_tensor *one_minus_m = keep_tmp(&tp, lz_library_scalar(1.0f - momentum));
         lz_tensor *mean = stats_row(&tp, stats, 0);
         /* the running variance is the unbiased one */
-        lz_tensor *uvar = keep_tmp(&tp, lz_scale_const(stats_row(&tp, stats, 1),
+        lz_tensor *uvar = keep_tmp(&tp, lz_scale(stats_row(&tp, stats, 1),
                                                        (float)((double)count / (double)(count - 1))));
         int rc = mean && uvar ? update_running(&tp, running_mean, mean, one_minus_m, m) : -1;
         if (rc == 0) rc = update_running(&tp, running_var, uvar, one_minus_m, m);
@@ -207,7 +206,7 @@ lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
         lz_tensor *one_minus_m = keep_tmp(&tp, lz_library_scalar(1.0f - momentum));
         /* the running variance is the unbiased one; n / (n - 1) is fixed by
            the shape, so it may be a constant */
-        lz_tensor *uvar = keep_tmp(&tp, lz_scale_const(var, (float)((double)count / (double)(count - 1))));
+        lz_tensor *uvar = keep_tmp(&tp, lz_scale(var, (float)((double)count / (double)(count - 1))));
         int rc = uvar ? update_running(&tp, running_mean, mean, one_minus_m, m) : -1;
         if (rc == 0) rc = update_running(&tp, running_var, uvar, one_minus_m, m);
         lz_no_grad_end();

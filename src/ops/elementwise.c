@@ -1,7 +1,6 @@
 /* Element-wise ops: shape and dtype inference and their backward rules.
  * Every rule records its gradient with other ops, so backward stays lazy
  * and lands in the same graph as the forward. */
-#include "ops/elementwise.h"
 
 #include "autograd/autograd.h"
 #include "base/error.h"
@@ -21,11 +20,14 @@ static int scale_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tens
 {
     (void)out;
     if (!lz_needs_grad(ag->in[0])) return 0;
-    gin[0] = lz_scale_const(g, ag->attrs.fattr[0]);
+    gin[0] = lz_scale(g, ag->attrs.fattr[0]);
     return gin[0] ? 0 : -1;
 }
 
-lz_tensor *lz_scale_const(lz_tensor *x, float factor)
+/* A constant of the model (attention's 1/sqrt(d), a gradient's factor)
+   as an op attribute: no host data for a capture to freeze, and another
+   factor is another graph, as lz_pow's exponent. */
+lz_tensor *lz_scale(lz_tensor *x, float factor)
 {
     if (lz_check_operands("lz_scale", 1, &x)) return NULL;
     if (!lz_require_f32("lz_scale", x)) return NULL;
@@ -115,11 +117,11 @@ static int maximum_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_te
     (void)out;
     lz_tensor *a = ag->in[0], *b = ag->in[1];
     if (lz_needs_grad(a)) {
-        lz_tensor *m = lz_scale_const(lz_add(lz_ge(a, b), lz_gt(a, b)), 0.5f);
+        lz_tensor *m = lz_scale(lz_add(lz_ge(a, b), lz_gt(a, b)), 0.5f);
         if (put_grad(&gin[0], lz_mul(g, m), a)) return -1;
     }
     if (lz_needs_grad(b)) {
-        lz_tensor *m = lz_scale_const(lz_add(lz_le(a, b), lz_lt(a, b)), 0.5f);
+        lz_tensor *m = lz_scale(lz_add(lz_le(a, b), lz_lt(a, b)), 0.5f);
         if (put_grad(&gin[1], lz_mul(g, m), b)) return -1;
     }
     return 0;
@@ -204,7 +206,7 @@ static int log_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor
 static int sqrt_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
 {
     if (!lz_needs_grad(ag->in[0])) return 0;
-    gin[0] = lz_div(lz_scale_const(g, 0.5f), out);
+    gin[0] = lz_div(lz_scale(g, 0.5f), out);
     return gin[0] ? 0 : -1;
 }
 
@@ -212,7 +214,7 @@ static int sqrt_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tenso
 static int rsqrt_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
 {
     if (!lz_needs_grad(ag->in[0])) return 0;
-    gin[0] = lz_scale_const(lz_mul(g, lz_mul(out, lz_mul(out, out))), -0.5f);
+    gin[0] = lz_scale(lz_mul(g, lz_mul(out, lz_mul(out, out))), -0.5f);
     return gin[0] ? 0 : -1;
 }
 
@@ -226,7 +228,7 @@ static int pow_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor
     if (!lz_needs_grad(x)) return 0;
     float p = ag->attrs.fattr[0];
     if (p == 0.0f) gin[0] = zeros_like(x);
-    else gin[0] = lz_scale_const(lz_mul(g, p == 0.5f ? lz_rsqrt(x) : lz_pow(x, p - 1.0f)), p);
+    else gin[0] = lz_scale(lz_mul(g, p == 0.5f ? lz_rsqrt(x) : lz_pow(x, p - 1.0f)), p);
     return gin[0] ? 0 : -1;
 }
 

@@ -3,7 +3,6 @@
  * keepdim (iattr[1]). */
 #include "autograd/autograd.h"
 #include "base/error.h"
-#include "ops/elementwise.h"
 #include "ops/ops_util.h"
 
 static lz_tensor *reduce(const char *name, lz_op op, lz_backward_fn bw, lz_tensor *x, int naxes,
@@ -88,7 +87,7 @@ static int mean_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tenso
         if (ag->attrs.iattr[0] >> d & 1) n *= lz_t_shape(x)[d];
     /* 1/n depends only on shapes, so it may be baked into the graph; with
        n == 0, x has no elements and the factor is never used */
-    lz_tensor *gs = lz_scale_const(keepdim_view(ag, g), n ? 1.0f / (float)n : 0.0f);
+    lz_tensor *gs = lz_scale(keepdim_view(ag, g), n ? 1.0f / (float)n : 0.0f);
     gin[0] = lz_expand(gs, lz_t_ndim(x), lz_t_shape(x));
     return gin[0] ? 0 : -1;
 }
