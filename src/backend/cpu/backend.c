@@ -1,5 +1,7 @@
 /* The CPU backend: host memory as device memory, kernels picked once per
  * executable at compile time. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,15 +36,41 @@ static void cpu_release(lz_backend_exec *e)
     free(e);
 }
 
+static void *make_sgemm_kernels(void *arg)
+{
+    lz_cpu_sgemm_make_kernels();
+    return arg;
+}
+
+/* The process's first prepare of a program with products has a thread
+   make oneDNN's sgemm kernels while it creates the executable's
+   primitives (the first step made them in its first product, after the
+   compile), and joins it before it returns: nothing outlives the compile,
+   so a program that exits right after one exits cleanly. */
+static int sgemm_thread_start(const lz_program *p, pthread_t *t)
+{
+    static atomic_flag started = ATOMIC_FLAG_INIT;
+    int products = 0;   /* the steps that may run sgemm */
+    for (int i = 0; i < p->n_steps && !products; i++)
+        products = p->steps[i].op == LZ_OP_MATMUL || p->steps[i].op == LZ_OP_CONV2D ||
+                   p->steps[i].op == LZ_OP_CONV2D_GRAD_INPUT ||
+                   p->steps[i].op == LZ_OP_CONV2D_GRAD_WEIGHT;
+    if (!products || atomic_flag_test_and_set(&started)) return 0;
+    return pthread_create(t, NULL, make_sgemm_kernels, NULL) == 0;   /* else the first product makes them */
+}
+
 static lz_backend_exec *cpu_prepare(lz_program *p)
 {
     lz_backend_exec *e = calloc(1, sizeof *e + sizeof(cpu_step) * (size_t)(p->n_steps + 1));
     if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_steps);
     e->prog = p;
+    pthread_t sgemm_thread;
+    const int joining = sgemm_thread_start(p, &sgemm_thread);
     for (int i = 0; i < p->n_steps; i++) {
         cpu_step *cs = &e->steps[i];
         cs->kernel = lz_cpu_kernel_for((lz_op)p->steps[i].op);
         if (!cs->kernel) {
+            if (joining) pthread_join(sgemm_thread, NULL);
             cpu_release(e);
             return lz_errorf("cpu backend: no kernel for op %s", lz_op_name((lz_op)p->steps[i].op));
         }
@@ -51,6 +79,7 @@ static lz_backend_exec *cpu_prepare(lz_program *p)
         cs->library = cs->state && cs->stateful->library(cs->state);
         p->steps[i].scratch_bytes = cs->state ? cs->stateful->scratch_bytes(cs->state) : 0;
     }
+    if (joining) pthread_join(sgemm_thread, NULL);
     return e;
 }
 

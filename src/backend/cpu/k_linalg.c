@@ -28,6 +28,15 @@ static int sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
                    dnnl_success ? 0 : -1;
 }
 
+/* oneDNN generates all its sgemm kernels on the first product of the
+   process bigger than a few elements (30 ms on the 2-core EPYC), wherever
+   that falls: in the first step's execution, unless this ran before. */
+void lz_cpu_sgemm_make_kernels(void)
+{
+    float a[64] = {0}, c[64];
+    (void)sgemm(0, 0, 8, 8, 8, a, 8, a, 8, c);
+}
+
 /* ---- matmul ------------------------------------------------------------- */
 
 /* Per-batch-axis strides, in matrices, of v's batch dims aligned to out's

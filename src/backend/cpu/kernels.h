@@ -101,6 +101,9 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
 /* Blocked layouts on the CPU (operand_layouts.c): the lz_backend hooks. */
 int  lz_cpu_layout_block(void);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
+/* Makes oneDNN's sgemm kernels now (k_linalg.c): once a process, a product
+   of 8x8x8 on zeros. */
+void lz_cpu_sgemm_make_kernels(void);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
 void lz_dnnl_conv_trim(void);
 
