@@ -138,6 +138,7 @@ const lz_backend *lz_backend_cpu(void)
         .prepare = cpu_prepare, .run = cpu_run, .release = cpu_release,
         .trim = cpu_trim,
         .layout_block = lz_cpu_layout_block, .operand_layouts = lz_cpu_operand_layouts,
+        .conv_f32_faster = lz_cpu_conv_f32_faster,
     };
     return &cpu;
 }

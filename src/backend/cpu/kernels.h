@@ -101,6 +101,9 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
 /* Blocked layouts on the CPU (operand_layouts.c): the lz_backend hooks. */
 int  lz_cpu_layout_block(void);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
+/* lz_backend.conv_f32_faster (k_dnnl_conv.c). */
+int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
+                           const int *stride, const int *dilation, int groups);
 /* Makes oneDNN's sgemm kernels now (k_linalg.c): once a process, a product
    of 8x8x8 on zeros. */
 void lz_cpu_sgemm_make_kernels(void);
