@@ -1,0 +1,159 @@
+/* oneDNN's convolution kernels by dtype, on the channel-blocked layouts
+ * lazyc keeps activations in: f32 direct, f32 Winograd (where oneDNN has
+ * it) and bf16 direct (bf16 operands, f32 output or gradients, as
+ * autocast runs them), forward, grad input and grad weight, for shapes of
+ * the zoo's layers (8 images). The figures behind autocast's rule that a
+ * Winograd-shaped convolution on a plane of 16x16 or more stays f32
+ * (backend/cpu/k_dnnl_conv.c, lz_cpu_conv_f32_faster):
+ *
+ *   build/conv_dtypes            # best of 5 runs each, ms
+ *
+ * One line per shape and direction; "f32/bf16" is the faster f32 kernel's
+ * time over bf16's (above 1: bf16 is faster). Needs no lazyc: oneDNN only. */
+#include <dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static dnnl_memory_t zeroed(const dnnl_memory_desc_t *d)
+{
+    dnnl_memory_t m;
+    if (dnnl_memory_create(&m, d, engine, DNNL_MEMORY_ALLOCATE) != dnnl_success) return NULL;
+    void *h = NULL;
+    dnnl_memory_get_data_handle(m, &h);
+    if (h) memset(h, 0, dnnl_memory_desc_get_size(d));
+    return m;
+}
+
+enum { FWD, BWD_DATA, BWD_WEIGHTS };
+
+/* Best of 5 runs after one, ms; -1 if a memory could not be made. */
+static double time_pd(dnnl_primitive_desc_t pd, int dir)
+{
+    static const dnnl_query_t q[3][3] = {
+        {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+        {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
+        {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
+    static const int arg[3][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                                  {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+                                  {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+    dnnl_primitive_t p;
+    if (dnnl_primitive_create(&p, pd) != dnnl_success) return -1;
+    dnnl_exec_arg_t a[4];
+    int ok = 1;
+    for (int k = 0; k < 3; k++) {
+        a[k].arg = arg[dir][k];
+        a[k].memory = zeroed(dnnl_primitive_desc_query_md(pd, q[dir][k], 0));
+        ok &= a[k].memory != NULL;
+    }
+    a[3].arg = DNNL_ARG_SCRATCHPAD;
+    a[3].memory = zeroed(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    double best = -1;
+    for (int r = 0; ok && r < 6; r++) {
+        const double t = now_ms();
+        if (dnnl_primitive_execute(p, stream, 4, a) != dnnl_success) break;
+        dnnl_stream_wait(stream);
+        const double d = now_ms() - t;
+        if (r && (best < 0 || d < best)) best = d;
+    }
+    for (int k = 0; k < 4; k++)
+        if (a[k].memory) dnnl_memory_destroy(a[k].memory);
+    dnnl_primitive_destroy(p);
+    return best;
+}
+
+/* One direction of one shape (square planes, padding k/2, groups 1):
+   ms, and the implementation's name; -1 where oneDNN has none. */
+static double time_conv(const int *L, int bf16, int winograd, int dir, const char **impl)
+{
+    const int N = L[0], C = L[1], H = L[2], O = L[3], k = L[4], s = L[5], pad = k / 2;
+    const int OH = (H + 2 * pad - k) / s + 1;
+    dnnl_dims_t xd = {N, C, H, H}, wd = {O, C, k, k}, yd = {N, O, OH, OH};
+    dnnl_dims_t st = {s, s}, pd_ = {pad, pad};
+    const dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
+    const dnnl_format_tag_t act = C % 16 ? dnnl_nchw : dnnl_nChw16c;   /* an image stays plain */
+    dnnl_memory_desc_t x, w, y, xf, wf, yf;
+    dnnl_memory_desc_init_by_tag(&x, 4, xd, lo, act);
+    dnnl_memory_desc_init_by_tag(&w, 4, wd, lo, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&y, 4, yd, lo, dnnl_nChw16c);
+    dnnl_memory_desc_init_by_tag(&xf, 4, xd, dnnl_f32, act);   /* what autocast gets back */
+    dnnl_memory_desc_init_by_tag(&wf, 4, wd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&yf, 4, yd, dnnl_f32, dnnl_nChw16c);
+    const dnnl_alg_kind_t alg = winograd ? dnnl_convolution_winograd : dnnl_convolution_direct;
+    dnnl_convolution_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    *impl = "none";
+    if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, &x, &w, NULL,
+                                           bf16 ? &yf : &y, st, pd_, pd_) != dnnl_success ||
+        dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL) != dnnl_success)
+        return -1;
+    if (dir == FWD) {
+        pd = fpd;
+    } else {
+        dnnl_status_t r = dir == BWD_DATA
+            ? dnnl_convolution_backward_data_desc_init(&bd, alg, bf16 ? &xf : &x, &w, &y, st, pd_, pd_)
+            : dnnl_convolution_backward_weights_desc_init(&bd, alg, &x, bf16 ? &wf : &w, NULL, &y,
+                                                          st, pd_, pd_);
+        if (r != dnnl_success || dnnl_primitive_desc_create(&pd, &bd, NULL, engine, fpd) != dnnl_success)
+            pd = NULL;
+        dnnl_primitive_desc_destroy(fpd);
+        if (!pd) return -1;
+    }
+    const char *name = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+    static char names[64][48];
+    static int next;
+    snprintf(names[next % 64], sizeof names[0], "%s", name ? name : "?");
+    *impl = names[next++ % 64];
+    const double ms = time_pd(pd, dir);
+    dnnl_primitive_desc_destroy(pd);
+    return ms;
+}
+
+int main(void)
+{
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        fprintf(stderr, "conv_dtypes: oneDNN made no CPU engine\n");
+        return 1;
+    }
+    /* N, C, H (= W), O, kernel, stride */
+    static const int shapes[][6] = {
+        {8, 64, 64, 64, 3, 1},  {8, 128, 32, 128, 3, 1}, {8, 256, 16, 256, 3, 1},
+        {8, 512, 8, 512, 3, 1}, {8, 64, 32, 64, 3, 1},   {8, 128, 16, 128, 3, 1},
+        {8, 256, 8, 256, 3, 1}, {8, 64, 32, 256, 1, 1},  {8, 256, 32, 64, 1, 1},
+        {8, 512, 8, 128, 1, 1}, {8, 3, 128, 64, 7, 2},
+    };
+    static const char *dir_name[3] = {"fwd", "bwd_data", "bwd_weights"};
+    printf("%-22s %-11s %9s %9s %9s %9s  kernels (f32, winograd, bf16)\n", "shape NxCxHxH->O kxk",
+           "direction", "f32 ms", "wino ms", "bf16 ms", "f32/bf16");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int dir = 0; dir < 3; dir++) {
+            const int *L = shapes[i];
+            if (dir == BWD_DATA && L[1] % 16) continue;   /* no gradient for an image */
+            const char *i32, *iw, *ib;
+            const double f = time_conv(L, 0, 0, dir, &i32);
+            const double w = time_conv(L, 0, 1, dir, &iw);
+            const double b = time_conv(L, 1, 0, dir, &ib);
+            const double best = w > 0 && w < f ? w : f;
+            char shape[32];
+            snprintf(shape, sizeof shape, "%dx%dx%dx%d->%d %dx%d", L[0], L[1], L[2], L[2], L[3],
+                     L[4], L[4]);
+            printf("%-22s %-11s %9.2f %9.2f %9.2f %9.2f  %s, %s, %s\n", shape, dir_name[dir], f, w,
+                   b, b > 0 ? best / b : 0.0, i32, iw, ib);
+        }
+    dnnl_stream_destroy(stream);
+    dnnl_engine_destroy(engine);
+    return 0;
+}
