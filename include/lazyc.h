@@ -146,7 +146,8 @@ LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 /* Opens an autocast region (PyTorch's torch.autocast("cpu", bfloat16)):
    until the matching lz_autocast_end, lz_matmul, lz_linear, lz_conv2d and
    lz_attention's products (forward and backward) cast their f32 operands
-   to bf16 and accumulate and return f32; every other op (norms, softmax,
+   to bf16 and accumulate and return f32 (but a convolution the backend
+   runs faster in f32, docs/api.md says which, stays f32); every other op (norms, softmax,
    losses, reductions, optimizers) stays f32, as do parameters and
    gradients. A parameter is cast once per region, however often it is
    used. dtype LZ_BF16, or LZ_F32 for a nested region without autocast.
