@@ -147,13 +147,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "first_step: %s: %s\n", argv[i], lz_last_error());
                 rc = 1;
             }
+            lz_shutdown();   /* the next model as in a fresh process (see lazyc bench) */
         }
     }
-    for (const char *const *n = lz_model_names(); !named && *n; n++)
+    for (const char *const *n = lz_model_names(); !named && *n; n++) {
         if (run(*n, size, steps)) {
             fprintf(stderr, "first_step: %s: %s\n", *n, lz_last_error());
             rc = 1;
         }
-    lz_shutdown();
+        lz_shutdown();
+    }
     return rc;
 }

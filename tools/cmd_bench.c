@@ -269,6 +269,11 @@ int lz_cmd_bench(int argc, char **argv)
         lz_model_spec spec;
         int rc = lazyc_modes ? bench_time_model(models[k], &o, r, &spec)
                              : spec_only(models[k], o.size, &spec, &r->params);
+        /* the next model starts as in a fresh process: the buffers this one
+           freed, cached for reuse in sizes the next seldom asks for, would
+           stay mapped beside its fresh ones, and its build and first step
+           took 2-4x longer after BERT's (docs/performance.md) */
+        lz_shutdown();
         if (rc < 0) {
             fprintf(stderr, "lazyc bench: skipping %s: %s\n", models[k],
                     r->note[0] ? r->note : (lz_last_error() ? lz_last_error() : "cannot build it"));
