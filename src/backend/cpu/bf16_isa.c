@@ -11,9 +11,8 @@ static int way;
 static void find_way(void)
 {
     const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    const unsigned bf16 = dnnl_cpu_isa_avx512_core_bf16, avx512 = dnnl_cpu_isa_avx512_core;
-    way = (isa & bf16) == bf16 ? LZ_BF16_NATIVE : (isa & avx512) == avx512 ? LZ_BF16_EMULATED
-                                                                            : LZ_BF16_WIDENED;
+    const unsigned bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    way = (isa & bf16) == bf16 ? LZ_BF16_NATIVE : LZ_BF16_WIDENED;
 }
 
 int lz_cpu_bf16_way(void)
@@ -24,14 +23,11 @@ int lz_cpu_bf16_way(void)
 
 static void tell(void)
 {
-    if (lz_cpu_bf16_way() == LZ_BF16_EMULATED)
+    if (lz_cpu_bf16_way() == LZ_BF16_WIDENED)
         fprintf(stderr, "lazyc: notice: no AVX512_BF16 instructions (as oneDNN sees this CPU): "
-                        "bf16 products run on oneDNN's bf16 emulation (AVX-512), float32 "
-                        "accumulation\n");
-    else if (lz_cpu_bf16_way() == LZ_BF16_WIDENED)
-        fprintf(stderr, "lazyc: notice: no bf16 support below AVX-512 (as oneDNN sees this CPU): "
-                        "bf16 products run in float32 on the bf16-rounded operands (same values, "
-                        "no speed-up)\n");
+                        "bf16 products run in float32 on the bf16-rounded operands, and "
+                        "autocast keeps convolutions float32 (no speed-up; oneDNN's bf16 "
+                        "emulation is slower than float32)\n");
 }
 
 void lz_cpu_bf16_notice(void) { pthread_once(&told, tell); }

@@ -7,11 +7,12 @@
 
 #include "compile/program.h"
 
-enum { LZ_BF16_NATIVE, LZ_BF16_EMULATED, LZ_BF16_WIDENED };
-/* LZ_BF16_NATIVE: AVX512_BF16 (or AMX) instructions; EMULATED: AVX-512
-   without them (oneDNN emulates, bf16 still moves half the bytes);
-   WIDENED: below AVX-512, where oneDNN has reference code only and
-   lazyc widens bf16 operands to float32 for its float32 kernels. */
+enum { LZ_BF16_NATIVE, LZ_BF16_WIDENED };
+/* LZ_BF16_NATIVE: AVX512_BF16 (or AMX) instructions. WIDENED: without
+   them, lazyc widens bf16 operands to float32 for its float32 kernels
+   (oneDNN's bf16 emulation on AVX-512 ran autocast steps 2-4x slower
+   than float32, its reference code below AVX-512 slower still), and
+   autocast keeps convolutions float32 (lz_cpu_conv_f32_faster). */
 int lz_cpu_bf16_way(void);
 /* Prints, once per process, the notice of a non-native way. */
 void lz_cpu_bf16_notice(void);

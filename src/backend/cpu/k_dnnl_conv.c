@@ -389,13 +389,19 @@ static int winograd_fits(const conv_descs *d)
    Winograd kernels beat its direct bf16 ones in all three directions
    (0.78-0.94 of their time, 8 images of 64-256 channels at 16x16 to 64x64,
    on the 2-core EPYC, Zen 5; on 8x8 planes bf16 took 0.76-0.84 of
-   Winograd's time), and it saves the casts. Only where oneDNN runs bf16
-   natively and Winograd at all (AVX-512). */
+   Winograd's time), and it saves the casts. Without native bf16 every
+   convolution: widened bf16 operands would run k_conv.c on plain layouts
+   (vgg16's autocast step took 2.8x its f32 one under DNNL_MAX_CPU_ISA=AVX2,
+   4.5x on oneDNN's emulation under AVX512_CORE). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
+    if (lz_cpu_bf16_way() != LZ_BF16_NATIVE) {
+        lz_cpu_bf16_notice();
+        return 1;
+    }
     const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    if (groups != 1 || !lz_dnnl_conv_enabled() || lz_cpu_bf16_way() != LZ_BF16_NATIVE ||
+    if (groups != 1 || !lz_dnnl_conv_enabled() ||
         (isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core || y[2] < 16 || y[3] < 16)
         return 0;
     const int64_t st[2] = {stride[0], stride[1]}, dil[2] = {dilation[0] - 1, dilation[1] - 1};

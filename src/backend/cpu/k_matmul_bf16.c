@@ -3,12 +3,11 @@
  * primitive per product shape, made on first use and kept for the process
  * (a training step repeats the same few shapes).
  *
- * Where oneDNN has no bf16 matmul but its reference code (an ISA below
- * AVX-512, e.g. DNNL_MAX_CPU_ISA=AVX2), the operands are widened to
- * float32 (exactly) and the float32 kernel runs: the same values up to the
- * order of the float32 sums, no speed-up. Which of the three ways bf16
- * products take (native AVX512_BF16, oneDNN's emulation on AVX-512, or
- * float32) is said once per process on stderr when it is not native. */
+ * Without AVX512_BF16 (bf16_isa.c), the operands are widened to float32
+ * (exactly) and the float32 kernel runs: the same values up to the order
+ * of the float32 sums, no speed-up (oneDNN's emulation on AVX-512 ran 2-4x
+ * slower than float32, its reference code below AVX-512 slower still);
+ * a notice says so once per process. */
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +16,7 @@
 
 #include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/scratch.h"
 #include "base/bf16.h"
 
 #define N_PRIMS 512
@@ -98,22 +98,19 @@ static prim *find(const int64_t *key)
     return q;
 }
 
+/* The operands widened into the executor thread's scratch (kept between
+   steps: a fresh block per call faulted its pages in on every step), in
+   parallel, then the float32 kernel. */
 static const char *widen_and_run(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     const lz_value *va = &p->values[s->in[0]], *vb = &p->values[s->in[1]];
-    float *A = malloc(sizeof(float) * (size_t)(va->numel ? va->numel : 1));
-    float *B = malloc(sizeof(float) * (size_t)(vb->numel ? vb->numel : 1));
-    const char *err = NULL;
-    if (!A || !B) {
-        err = "lz_matmul: out of memory widening bf16 operands to float32";
-    } else {
-        const uint16_t *ha = ptrs[s->in[0]], *hb = ptrs[s->in[1]];
-        for (int64_t i = 0; i < va->numel; i++) A[i] = lz_bf16_to_f32(ha[i]);
-        for (int64_t i = 0; i < vb->numel; i++) B[i] = lz_bf16_to_f32(hb[i]);
-        err = lz_cpu_matmul_f32(p, s, A, B, ptrs[s->out]);
-    }
-    free(A);
-    free(B);
+    float *A = lz_cpu_scratch(LZ_SCRATCH_COLUMNS, sizeof(float) * (size_t)(va->numel ? va->numel : 1));
+    float *B = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(vb->numel ? vb->numel : 1));
+    if (!A || !B) return "lz_matmul: out of memory widening bf16 operands to float32";
+    const uint16_t *ha = ptrs[s->in[0]], *hb = ptrs[s->in[1]];
+    LZ_PAR_FOR(va->numel > 65536, i, va->numel, { A[i] = lz_bf16_to_f32(ha[i]); });
+    LZ_PAR_FOR(vb->numel > 65536, i, vb->numel, { B[i] = lz_bf16_to_f32(hb[i]); });
+    const char *err = lz_cpu_matmul_f32(p, s, A, B, ptrs[s->out]);
     pthread_mutex_lock(&lock);
     widened++;
     pthread_mutex_unlock(&lock);
@@ -134,6 +131,10 @@ const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *con
     if (K == 0) {
         memset(ptrs[s->out], 0, vo->nbytes);
         return NULL;
+    }
+    if (lz_cpu_bf16_way() != LZ_BF16_NATIVE) {
+        lz_cpu_bf16_notice();
+        return widen_and_run(p, s, ptrs);
     }
     int64_t key[7];
     if (!ta && Bb == 1 && Ba == nbatch) {            /* one tall product */
