@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Where autocast rounds, in float64: is a bf16 gradient's distance from
+float64 lazyc's kernels, or the rounding points of its design?
+
+Two float64 emulations of a model's training gradients (smoke size, the
+seeded weights and batch of model_parity.py's make_case, dropout off,
+train mode), with every convolution's and linear layer's products on
+bf16-rounded operands:
+  lazyc-style: the operands x and w rounded forward, the incoming gradient
+      rounded for both backward products; the products' results, biases
+      and everything else unrounded (lazyc's products return float32);
+  torch-style: the same, and the products' results rounded too (PyTorch's
+      autocast returns bf16 from them).
+For each model and seed it prints the worst and the mean gradient cosine
+with float64 of both; for seed 0 (the batch autocast_parity.py uses) also
+lazyc's own (`lazyc grads --dtype bf16`) and lazyc's against the
+lazyc-style emulation, which is 1 up to float32 sums where the kernels
+round where the design says. Attention's own products (matmul) are not
+emulated, so transformers are out of scope; and a convolution that
+autocast keeps float32 (Winograd's, on an AVX512_BF16 CPU) is emulated
+rounded all the same (docs/design.md, autocast).
+
+    autocast_rounding.py --lazyc BUILD/lazyc [--models a,b] [--seeds N]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bert_ref  # noqa: E402
+import model_parity  # noqa: E402
+from model_parity import as_f32, loss_of, make_case  # noqa: E402
+from write_safetensors import load_file, save_file  # noqa: E402
+
+ORIG_CONV, ORIG_LINEAR = F.conv2d, F.linear
+
+
+def rnd(t):
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+def pair(v):
+    return list(v) if isinstance(v, (tuple, list)) else [v, v]
+
+
+def emulation(round_out):
+    class Conv(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, stride, padding, dilation, groups):
+            xr, wr = rnd(x), rnd(w)
+            ctx.save_for_backward(xr, wr)
+            ctx.cfg = (stride, padding, dilation, groups, x.shape, w.shape)
+            y = torch.ops.aten.convolution(xr, wr, None, stride, padding, dilation, False, [0, 0],
+                                           groups)
+            return rnd(y) if round_out else y
+
+        @staticmethod
+        def backward(ctx, gy):
+            xr, wr = ctx.saved_tensors
+            stride, padding, dilation, groups, xs, ws = ctx.cfg
+            g = rnd(gy)
+            dx = torch.nn.grad.conv2d_input(xs, wr, g, stride, padding, dilation, groups)
+            dw = torch.nn.grad.conv2d_weight(xr, ws, g, stride, padding, dilation, groups)
+            return dx, dw, None, None, None, None
+
+    class Lin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            xr, wr = rnd(x), rnd(w)
+            ctx.save_for_backward(xr, wr)
+            y = xr @ wr.t()
+            return rnd(y) if round_out else y
+
+        @staticmethod
+        def backward(ctx, gy):
+            xr, wr = ctx.saved_tensors
+            g = rnd(gy)
+            return g @ wr, g.reshape(-1, g.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])
+
+    def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+        if isinstance(padding, str):
+            return ORIG_CONV(x, w, b, stride, padding, dilation, groups)
+        y = Conv.apply(x, w, pair(stride), pair(padding), pair(dilation), groups)
+        return y if b is None else y + b.view(1, -1, 1, 1)
+
+    def linear(x, w, b=None):
+        y = Lin.apply(x, w)
+        return y if b is None else y + b
+
+    return conv2d, linear
+
+
+def grads(name, products=None):
+    model, x, y = make_case(name)
+    model = bert_ref.disable_dropout(model.double()).train()
+    if products:
+        F.conv2d, F.linear = products
+    try:
+        loss = loss_of(model, x.double() if x.is_floating_point() else x, y)
+        loss.backward()
+    finally:
+        F.conv2d, F.linear = ORIG_CONV, ORIG_LINEAR
+    return {n: p.grad.detach().double().flatten() for n, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def cosines(got, ref):
+    out = {}
+    for k, v in ref.items():
+        a = got[k]
+        na, nb = a.norm(), v.norm()
+        if nb > 0:
+            out[k] = float((a @ v) / (na * nb)) if na > 0 else 0.0
+    return out
+
+
+def lazyc_grads(lazyc, name, tmp):
+    model, x, y = make_case(name)
+    w, i, g = (os.path.join(tmp, f) for f in ("w.safetensors", "i.safetensors", "g.safetensors"))
+    save_file({k: as_f32(v) for k, v in model.state_dict().items()}, w)
+    save_file({"x": x, "y": y}, i)
+    r = subprocess.run([lazyc, "grads", "--model", name, "--size", "smoke", "--weights", w,
+                        "--inputs", i, "--out", g, "--dtype", "bf16"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{name}: lazyc grads exited {r.returncode}: {r.stderr[-500:]}")
+    got, _ = load_file(g)
+    return {k: v.double().flatten() for k, v in got.items() if k != "loss"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lazyc", required=True)
+    ap.add_argument("--models", default="squeezenet1_1,vgg16,alexnet")
+    ap.add_argument("--seeds", type=int, default=4)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    crc32 = model_parity.zlib.crc32
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            for seed in range(args.seeds):
+                # seed 0: make_case's own (the name's crc32); others: other batches and weights
+                model_parity.zlib.crc32 = crc32 if seed == 0 else (lambda s: lambda b: 7919 * s)(seed)
+                try:
+                    ref = grads(name)
+                    rows = {"lazyc-style": cosines(grads(name, emulation(False)), ref),
+                            "torch-style": cosines(grads(name, emulation(True)), ref)}
+                    if seed == 0:
+                        own = lazyc_grads(args.lazyc, name, tmp)
+                        rows["lazyc"] = cosines(own, ref)
+                        emu = grads(name, emulation(False))
+                        rows["lazyc vs lazyc-style"] = cosines(own, emu)
+                finally:
+                    model_parity.zlib.crc32 = crc32
+                line = "; ".join(f"{k} worst {min(c.values()):.5f} ({min(c, key=c.get)}) "
+                                 f"mean {sum(c.values()) / len(c):.5f}" for k, c in rows.items())
+                print(f"{name} seed {seed}: {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
