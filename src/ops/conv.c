@@ -42,25 +42,19 @@ static int64_t out_extent(int64_t in, int64_t k, int s, int p, int d)
     return (in + 2 * (int64_t)p - span) / s + 1;
 }
 
-/* Autocast's dtype for the product: bf16, unless the backend's float32
-   kernel for this shape is the faster one (on the CPU, Winograd's
-   algorithm on large planes: backend/cpu/k_dnnl_conv.c), where float32
-   operands stay float32. */
-static lz_dtype conv_dtype(lz_tensor *x, lz_tensor *w, lz_conv2d_opts o)
+/* Autocast's dtype for the product of a valid step (output shape y): bf16,
+   unless the backend's float32 kernel for this shape is the faster one (on
+   the CPU, Winograd's algorithm on large planes: backend/cpu/k_dnnl_conv.c),
+   where float32 operands stay float32. */
+static lz_dtype conv_dtype(lz_tensor *x, lz_tensor *w, const int64_t *y, const int *stride,
+                           const int *dil, int groups)
 {
     const lz_dtype pd = lz_product_dtype(x, w);
     const lz_backend *be = lz_backend_current();
-    if (pd != LZ_BF16 || lz_t_dtype(x) != LZ_F32 || lz_t_dtype(w) != LZ_F32 ||
-        lz_t_ndim(x) != 4 || lz_t_ndim(w) != 4 || !be || !be->conv_f32_faster)
+    if (pd != LZ_BF16 || lz_t_dtype(x) != LZ_F32 || lz_t_dtype(w) != LZ_F32 || !be ||
+        !be->conv_f32_faster)
         return pd;
-    const int stride[2] = {o.stride[0] ? o.stride[0] : 1, o.stride[1] ? o.stride[1] : 1};
-    const int dil[2] = {o.dilation[0] ? o.dilation[0] : 1, o.dilation[1] ? o.dilation[1] : 1};
-    const int64_t *xs = lz_t_shape(x), *ws = lz_t_shape(w);
-    const int64_t y[4] = {xs[0], ws[0], out_extent(xs[2], ws[2], stride[0], o.padding[0], dil[0]),
-                          out_extent(xs[3], ws[3], stride[1], o.padding[1], dil[1])};
-    if (y[2] < 1 || y[3] < 1 || stride[0] < 1 || stride[1] < 1 || dil[0] < 1 || dil[1] < 1)
-        return pd;   /* the checks below say what is wrong */
-    return be->conv_f32_faster(xs, ws, y, stride, dil, o.groups ? o.groups : 1) ? LZ_F32 : pd;
+    return be->conv_f32_faster(lz_t_shape(x), lz_t_shape(w), y, stride, dil, groups) ? LZ_F32 : pd;
 }
 
 lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
@@ -69,14 +63,6 @@ lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
     if (lz_check_operands("lz_conv2d", 2, in)) return NULL;
     if (!lz_require_float("lz_conv2d", x) || !lz_require_float("lz_conv2d", w)) return NULL;
     if (b && !lz_require_f32("lz_conv2d", b)) return NULL;
-    const lz_dtype pd = conv_dtype(x, w, o);
-    if (lz_t_dtype(x) != pd || lz_t_dtype(w) != pd) {
-        lz_tensor *x2 = lz_product_operand(x, pd), *w2 = lz_product_operand(w, pd);
-        lz_tensor *r = x2 && w2 ? lz_conv2d(x2, w2, b, o) : NULL;
-        lz_free(x2);
-        lz_free(w2);
-        return r;
-    }
     char sx[96], sw[96], sb[96];
     lz_shape_str(sx, lz_t_ndim(x), lz_t_shape(x));
     lz_shape_str(sw, lz_t_ndim(w), lz_t_shape(w));
@@ -115,10 +101,19 @@ lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
     if (b && (lz_t_ndim(b) != 1 || lz_t_shape(b)[0] != O))
         return lz_errorf("lz_conv2d: bias %s does not match the weight %s: expected [%lld]",
                          lz_shape_str(sb, lz_t_ndim(b), lz_t_shape(b)), sw, (long long)O);
+    int64_t shape[4] = {xs[0], O, oh, ow};
+    const int stride[2] = {sh, swd}, dil[2] = {dh, dw};
+    const lz_dtype pd = conv_dtype(x, w, shape, stride, dil, groups);
+    if (lz_t_dtype(x) != pd || lz_t_dtype(w) != pd) {   /* autocast: the step on its operands' casts */
+        lz_tensor *x2 = lz_product_operand(x, pd), *w2 = lz_product_operand(w, pd);
+        lz_tensor *r = x2 && w2 ? lz_conv2d(x2, w2, b, o) : NULL;
+        lz_free(x2);
+        lz_free(w2);
+        return r;
+    }
 
     lz_attrs at = {.n_iattr = N_ATTR,
                    .iattr = {sh, swd, o.padding[0], o.padding[1], dh, dw, groups}};
-    int64_t shape[4] = {xs[0], O, oh, ow};
     lz_tensor *y = lz_record(LZ_OP_CONV2D, LZ_F32, 4, shape, 2, in, &at);
     lz_ag_attach(y, "lz_conv2d", conv_backward, 2, in, &at);
     if (!y || !b) return y;

@@ -392,7 +392,8 @@ static int winograd_fits(const conv_descs *d)
    Winograd's time), and it saves the casts. Without native bf16 every
    convolution: widened bf16 operands would run k_conv.c on plain layouts
    (vgg16's autocast step took 2.8x its f32 one under DNNL_MAX_CPU_ISA=AVX2,
-   4.5x on oneDNN's emulation under AVX512_CORE). */
+   4.5x on oneDNN's emulation under AVX512_CORE). Native bf16 implies
+   AVX-512, where oneDNN has Winograd. */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -400,10 +401,7 @@ int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
         lz_cpu_bf16_notice();
         return 1;
     }
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    if (groups != 1 || !lz_dnnl_conv_enabled() ||
-        (isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core || y[2] < 16 || y[3] < 16)
-        return 0;
+    if (groups != 1 || !lz_dnnl_conv_enabled() || y[2] < 16 || y[3] < 16) return 0;
     const int64_t st[2] = {stride[0], stride[1]}, dil[2] = {dilation[0] - 1, dilation[1] - 1};
     return winograd_shape(x, w, y, 4, st, dil);
 }

@@ -144,7 +144,6 @@ const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *con
         int64_t k[7] = {Ba, Bb, M, N, K, ta, tb};   /* oneDNN broadcasts a batch of 1 */
         memcpy(key, k, sizeof key);
     } else {
-        lz_cpu_bf16_notice();
         return widen_and_run(p, s, ptrs);            /* broadcast over several batch axes */
     }
     pthread_mutex_lock(&lock);
@@ -159,11 +158,8 @@ const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *con
                         dnnl_stream_wait(stream) != dnnl_success;
         if (!bad) by_library++;
         pthread_mutex_unlock(&lock);
-        if (bad) return "lz_matmul: oneDNN's bf16 matmul failed";
-        lz_cpu_bf16_notice();
-        return NULL;
+        return bad ? "lz_matmul: oneDNN's bf16 matmul failed" : NULL;
     }
     pthread_mutex_unlock(&lock);
-    lz_cpu_bf16_notice();
     return widen_and_run(p, s, ptrs);
 }
