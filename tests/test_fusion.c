@@ -3,6 +3,7 @@
  * same values (the fused kernel runs the element-wise kernel's own row
  * functions), in fewer kernels, still one execution per step. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,16 @@ static void compare(const run *on, const run *off, const char *what)
             (long long)on->kernels[STEPS - 1], (long long)off->kernels[STEPS - 1]);
 }
 
+/* the barrier of step s, and its kernels and executions */
+static void end_step(run *r, int s)
+{
+    lz_mark_step();
+    CHECK_EQ_I(lz_wait(), 0);
+    lz_metrics m = lz_metrics_get();
+    r->kernels[s] = m.kernels;
+    r->executions[s] = m.executions;
+}
+
 static lz_tensor *param(unsigned seed, float scale, int ndim, const int64_t *shape)
 {
     lz_tensor *t = lz_test_rand(seed, -scale, scale, ndim, shape);
@@ -76,11 +87,7 @@ static void train(run *r, lz_tensor **params, int n, lz_tensor *(*loss_fn)(lz_te
         CHECK(loss && lz_backward(loss) == 0 && lz_sgd_step(opt) == 0);
         lz_keep(loss);
         lz_scope_end();
-        lz_mark_step();
-        CHECK_EQ_I(lz_wait(), 0);
-        lz_metrics m = lz_metrics_get();
-        r->kernels[s] = m.kernels;
-        r->executions[s] = m.executions;
+        end_step(r, s);
         record(r, loss);
         lz_free(loss);
         for (int i = 0; i < n; i++) record(r, params[i]);
@@ -196,11 +203,7 @@ static void chain_run(run *r, int big)
         lz_keep(mid);
         lz_keep(z);
         lz_scope_end();
-        lz_mark_step();
-        CHECK_EQ_I(lz_wait(), 0);
-        lz_metrics m = lz_metrics_get();
-        r->kernels[s] = m.kernels;
-        r->executions[s] = m.executions;
+        end_step(r, s);
         record(r, mid);
         record(r, z);
         lz_free(mid);
@@ -212,11 +215,51 @@ static void chain_run(run *r, int big)
     lz_free(k);
 }
 
+/* ---- a chain ending in autocast's cast of its result to bf16 ----------- */
+
+/* a bf16 result, widened exactly (its bits are the top half of a float's) */
+static void record_bf16(run *r, lz_tensor *t)
+{
+    CHECK(r->n < MAX_OUT * STEPS);
+    if (r->n >= MAX_OUT * STEPS) return;
+    int64_t n = lz_numel(t);
+    uint16_t *h = malloc(sizeof *h * (size_t)n);
+    float *f = malloc(sizeof *f * (size_t)n);
+    CHECK(h && f && lz_to_host(t, h, sizeof *h * (size_t)n) == 0);
+    for (int64_t i = 0; h && f && i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&f[i], &u, sizeof u);
+    }
+    free(h);
+    r->numel[r->n] = n;
+    r->vals[r->n++] = f;
+}
+
+static void chain_cast_run(run *r)
+{
+    int64_t xs[2] = { 130, 520 }, bs[1] = { 520 };   /* past the threads' threshold */
+    lz_tensor *x = lz_test_rand(31, -4, 4, 2, xs), *b = lz_test_rand(32, -1, 1, 1, bs);
+    for (int s = 0; s < STEPS; s++) {
+        lz_metrics_reset();
+        lz_scope_begin();
+        lz_tensor *y = lz_cast(lz_gelu(lz_add(x, b)), LZ_BF16);
+        lz_keep(y);
+        lz_scope_end();
+        end_step(r, s);
+        record_bf16(r, y);
+        lz_free(y);
+    }
+    lz_free(x);
+    lz_free(b);
+}
+
 static void chain_small(run *r) { chain_run(r, 0); }
 static void chain_big(run *r) { chain_run(r, 1); }
 
 /* hardtanh kernels of both()'s last runs: fusion on, fusion off */
 static int64_t last_hardtanh_on, last_hardtanh_off;
+/* kernels of the last step of both()'s last run with fusion on */
+static int64_t last_kernels_on;
 
 /* Runs body with fusion on and off: a fresh library each time, so no
    executable compiled under one setting serves the other. */
@@ -232,6 +275,7 @@ static void both(void (*body)(run *), const char *what)
     compare(&on, &off, what);
     last_hardtanh_on = on.hardtanh_kernels;
     last_hardtanh_off = off.hardtanh_kernels;
+    last_kernels_on = on.kernels[STEPS - 1];
     run_free(&on);
     run_free(&off);
     lz_fusion_set(-1);
@@ -250,5 +294,8 @@ int main(void)
     both(cnn_run, "conv+bn+relu, mean over the image, sgd step");
     both(chain_small, "broadcast chain");
     both(chain_big, "broadcast chain (threaded)");
+    /* the cast joins the chain: one kernel, the float32 gelu never stored */
+    both(chain_cast_run, "bias, gelu and a cast to bf16");
+    CHECK_EQ_I(last_kernels_on, 1);
     return lz_test_done();
 }

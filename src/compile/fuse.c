@@ -1,5 +1,6 @@
 /* Fusion of element-wise chains: a run of consecutive element-wise f32
- * steps over the same number of elements becomes one step that makes a
+ * steps over the same number of elements (the last ones may be casts of
+ * their results to bf16) becomes one step that makes a
  * single pass over memory (the CPU kernel is backend/cpu/k_fused.c). A
  * result is written to memory only when something outside the run needs
  * it: a graph output, or a later step. The others stay in the kernel's
@@ -24,10 +25,13 @@ static int fusable(const lz_program *p, const lz_instr *s)
     /* the element-wise kernel's formulas; where (3 operands) stays unfused */
     if (!lz_op_is_elementwise((lz_op)s->op) || s->n_in < 1 || s->n_in > LZ_FUSED_MAX_IN) return 0;
     const lz_value *o = &p->values[s->out];
-    if (o->dtype != LZ_F32 || o->numel == 0) return 0;
     for (int k = 0; k < s->n_in; k++)
         if (p->values[s->in[k]].dtype != LZ_F32) return 0;
-    return 1;
+    /* autocast's cast of a chain's result for a bf16 product joins the
+       chain, so the float32 result it reads need not go to memory; no
+       micro-op reads bf16, so the cast's own result always does */
+    const int bf16_cast = s->op == LZ_OP_CAST && o->dtype == LZ_BF16;
+    return (o->dtype == LZ_F32 || bf16_cast) && o->numel > 0;
 }
 
 /* Builds the fused step for the steps old[idx[0..n)] into *dst. uses[v]

@@ -87,10 +87,14 @@ static const char *k_fused(const lz_program *p, const lz_instr *s, void *const *
     if (!f || f->n_ops < 1 || f->n_ops > LZ_FUSED_MAX_OPS) return "fused kernel: no micro-program";
     int n_ops = f->n_ops;
     lz_cpu_row_fn row[LZ_FUSED_MAX_OPS];
+    size_t out_size[LZ_FUSED_MAX_OPS];
     bcast bc[LZ_FUSED_MAX_OPS][LZ_FUSED_MAX_IN];
     for (int k = 0; k < n_ops; k++) {
         row[k] = lz_cpu_elementwise_row(p, &f->ops[k]);
         if (!row[k]) return "fused kernel: operand dtype not supported by this op";
+        out_size[k] = lz_dtype_size((lz_dtype)p->values[f->ops[k].out].dtype);
+        /* tiles hold floats: a bf16 result (a cast) goes to memory */
+        if (out_size[k] != sizeof(float) && !f->store[k]) return "fused kernel: a bf16 result must be stored";
         /* every micro-op walks the group's order: the step's output's layout */
         lz_value order = p->values[f->ops[k].out];
         order.block = p->values[s->out].block;
@@ -103,7 +107,7 @@ static const char *k_fused(const lz_program *p, const lz_instr *s, void *const *
     LZ_PAR_FOR(numel > PAR_MIN, t, tiles, {
         _Alignas(64) float tile[LZ_FUSED_MAX_OPS][TILE];
         _Alignas(64) float gathered[LZ_FUSED_MAX_IN][TILE];
-        float *res[LZ_FUSED_MAX_OPS];
+        void *res[LZ_FUSED_MAX_OPS];
         int64_t e0 = t * TILE, len = numel - e0 < TILE ? numel - e0 : TILE;
         for (int k = 0; k < n_ops; k++) {
             const lz_instr *op = &f->ops[k];
@@ -125,7 +129,7 @@ static const char *k_fused(const lz_program *p, const lz_instr *s, void *const *
             }
             /* kept results go straight to memory: the memory plan never
                places an output over an input of the same step */
-            res[k] = f->store[k] ? (float *)ptrs[op->out] + e0 : tile[k];
+            res[k] = f->store[k] ? (char *)ptrs[op->out] + e0 * (int64_t)out_size[k] : (void *)tile[k];
             row[k](res[k], src, st, len, op->fattr);
         }
     });
