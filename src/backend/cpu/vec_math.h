@@ -6,6 +6,18 @@
 
 #include <stdint.h>
 
+/* For loops bound by arithmetic, not memory (gelu, exp): an AVX-512 copy
+   beside the build's own, chosen when the library loads by what the CPU
+   reports. The build leaves AVX-512 out (CMakeLists.txt: valgrind cannot
+   run it, and it does not report it, so there the build's copy runs).
+   Without contraction (C11) both copies round every operation alike, so
+   the values do not depend on which runs. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX512F__)
+#define LZ_MATH_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define LZ_MATH_CLONES
+#endif
+
 static inline uint32_t f32_bits(float f)
 {
     union { float f; uint32_t u; } v = {.f = f};
