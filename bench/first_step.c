@@ -7,7 +7,9 @@
  *   build/first_step --size bench --steps 3 vgg16 resnet50
  *   perf record -g build/first_step --size bench --steps 0 BERT_pytorch
  *
- * --steps -1 builds the models only.
+ * --steps -1 builds the models only. --no-shutdown keeps the library up
+ * between models, as a program that trains several one after another
+ * (the buffer pool and the executable cache then carry over).
  *
  * One line per model on stdout:
  *   model build_ms first_ms compile_ms steady_ms peak_mib */
@@ -134,12 +136,13 @@ int main(int argc, char **argv)
 {
     const char *size = "bench";
     long steps = 3;
-    int named = 0, rc = 0;
+    int named = 0, rc = 0, shutdown = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--size") && i + 1 < argc) size = argv[++i];
+        if (!strcmp(argv[i], "--no-shutdown")) shutdown = 0;
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atol(argv[++i]);
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: first_step [--size smoke|bench] [--steps N] [model...]\n");
+            fprintf(stderr, "usage: first_step [--size smoke|bench] [--steps N] [--no-shutdown] [model...]\n");
             return 2;
         } else {
             named = 1;
@@ -147,7 +150,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "first_step: %s: %s\n", argv[i], lz_last_error());
                 rc = 1;
             }
-            lz_shutdown();   /* the next model as in a fresh process (see lazyc bench) */
+            if (shutdown) lz_shutdown();   /* the next model as in a fresh process (see lazyc bench) */
         }
     }
     for (const char *const *n = lz_model_names(); !named && *n; n++) {
@@ -155,7 +158,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "first_step: %s: %s\n", *n, lz_last_error());
             rc = 1;
         }
-        lz_shutdown();
+        if (shutdown) lz_shutdown();
     }
     return rc;
 }

@@ -7,7 +7,18 @@
  * When the cache is full, the blocks freed longest ago make room for the
  * new one: sizes a finished model or step no longer asks for must not keep
  * the next one's blocks from being cached (they would then be unmapped
- * and faulted in again on every step). */
+ * and faulted in again on every step).
+ *
+ * A request no cached block fits also gives back, oldest first, as many
+ * cached bytes as it asks for, while the pool caches more than the program
+ * holds: a training step's freed buffers are a small part of what it holds
+ * (parameters, optimizer state, the executables' arenas), so a steady step
+ * keeps its cache, but after a model is freed, the next one's buffers take
+ * the place of the old ones instead of being new memory beside them. New
+ * memory costs a page fault per page on first touch, and more on a
+ * virtual machine for memory the guest never touched before: a model
+ * built after BERT took 2-3x longer than in a fresh process before this
+ * (docs/performance.md, "Models one after another"). */
 #include "backend/cpu/buffer_pool.h"
 
 #include <pthread.h>
@@ -30,6 +41,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static block *buckets[NBUCKETS];
 static block *newest, *oldest;
 static size_t cached, limit;
+static size_t held;                    /* handed out and not yet freed */
 
 static size_t round_size(size_t n) { return (n + 63) / 64 * 64; }
 static size_t bucket_of(size_t size) { return (size / 64) % NBUCKETS; }
@@ -56,6 +68,31 @@ static void unlink_block(block *b)
     cached -= b->size;
 }
 
+/* under mu: unlinks the oldest blocks, up to bytes of them, while the
+   cache is larger than what the program holds; returns them chained by
+   next, for freeing outside the lock */
+static block *give_back(size_t bytes)
+{
+    block *out = NULL;
+    for (size_t n = 0; n < bytes && oldest && cached > held;) {
+        block *o = oldest;
+        unlink_block(o);
+        n += o->size;
+        o->next = out;
+        out = o;
+    }
+    return out;
+}
+
+static void free_chain(block *b)
+{
+    while (b) {
+        block *next = b->next;
+        free(b);
+        b = next;
+    }
+}
+
 void *lz_pool_alloc(size_t nbytes)
 {
     if (lz_fault_hit(LZ_FAULT_ALLOC)) return NULL;
@@ -64,11 +101,20 @@ void *lz_pool_alloc(size_t nbytes)
     for (block *b = buckets[bucket_of(size)]; b; b = b->next) {
         if (b->size != size) continue;
         unlink_block(b);
+        held += size;
         pthread_mutex_unlock(&mu);
         return b;
     }
+    block *stale = give_back(size);
     pthread_mutex_unlock(&mu);
-    return aligned_alloc(64, size);
+    free_chain(stale);
+    void *p = aligned_alloc(64, size);
+    if (p) {
+        pthread_mutex_lock(&mu);
+        held += size;
+        pthread_mutex_unlock(&mu);
+    }
+    return p;
 }
 
 void lz_pool_free(void *p, size_t nbytes)
@@ -76,6 +122,7 @@ void lz_pool_free(void *p, size_t nbytes)
     if (!p) return;
     size_t size = round_size(nbytes ? nbytes : 1);
     pthread_mutex_lock(&mu);
+    held = held > size ? held - size : 0;
     if (size > cache_limit()) {
         pthread_mutex_unlock(&mu);
         free(p);
@@ -101,11 +148,7 @@ void lz_pool_free(void *p, size_t nbytes)
     if (!oldest) oldest = b;
     cached += size;
     pthread_mutex_unlock(&mu);
-    while (evicted) {
-        block *next = evicted->next;
-        free(evicted);
-        evicted = next;
-    }
+    free_chain(evicted);
 }
 
 void lz_pool_trim(void)
@@ -121,6 +164,14 @@ void lz_pool_trim(void)
         free(all);
         all = next;
     }
+}
+
+size_t lz_pool_held_bytes(void)
+{
+    pthread_mutex_lock(&mu);
+    size_t n = held;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 size_t lz_pool_cached_bytes(void)
