@@ -268,6 +268,56 @@ static lz_tensor *f_layer_norm(void *ctx, lz_tensor *const *in)
                          c->affine & 2 ? in[2] : NULL, c->eps);
 }
 
+/* Rows longer than the kernel's 16 partial sums, with a tail (37), against
+   float64; forward and backward are one kernel each (no mean steps), and
+   the affine part rides on element-wise steps. */
+static void test_layer_norm_rows(void)
+{
+    enum { R = 3, D = 37 };
+    const int64_t sx[2] = {R, D}, sw[1] = {D};
+    lz_tensor *x = rand_grad(11, -3, 5, 2, sx), *w = rand_grad(12, 0.5f, 1.5f, 1, sw);
+    lz_tensor *b = rand_grad(13, -1, 1, 1, sw), *g = lz_test_rand(14, -1, 1, 2, sx);
+    lz_mark_step();
+    CHECK_EQ_I(lz_wait(), 0);   /* the gradient checks' graphs have run */
+    lz_profile_enable(1);
+    lz_profile_reset();
+    lz_scope_begin();
+    lz_tensor *y = lz_layer_norm(x, 1, w, b, 1e-5f);
+    lz_tensor *loss = lz_sum(lz_mul(y, g));
+    CHECK(loss && lz_backward(loss) == 0);
+    lz_keep(y);
+    lz_keep(loss);
+    lz_scope_end();
+    lz_mark_step();   /* one graph: the forward, the loss and every gradient */
+    CHECK_EQ_I(lz_wait(), 0);
+    float *yv = lz_test_read(y), *xv = lz_test_read(x), *wv = lz_test_read(w), *bv = lz_test_read(b);
+    float *gv = lz_test_read(g), *dx = lz_test_read(lz_grad(x));
+    CHECK_EQ_I(lz_test_kernel_calls("layer_norm"), 1);
+    CHECK_EQ_I(lz_test_kernel_calls("layer_norm_grad"), 1);
+    CHECK_EQ_I(lz_test_kernel_calls("mean"), 0);
+    lz_profile_enable(0);
+    for (int r = 0; yv && xv && wv && bv && gv && dx && r < R; r++) {
+        const float *xr = xv + r * D, *gr = gv + r * D;
+        double m = 0, v = 0, sg = 0, sgx = 0;
+        for (int i = 0; i < D; i++) m += xr[i];
+        m /= D;
+        for (int i = 0; i < D; i++) v += (xr[i] - m) * (xr[i] - m);
+        const double rstd = 1.0 / sqrt(v / D + 1e-5);
+        for (int i = 0; i < D; i++) {
+            const double xh = (xr[i] - m) * rstd, gh = gr[i] * wv[i];
+            CHECK_NEAR(yv[r * D + i], xh * wv[i] + bv[i], 1e-5);
+            sg += gh;
+            sgx += gh * xh;
+        }
+        for (int i = 0; i < D; i++) {
+            const double xh = (xr[i] - m) * rstd;
+            CHECK_NEAR(dx[r * D + i], rstd * (gr[i] * wv[i] - sg / D - xh * sgx / D), 1e-5);
+        }
+    }
+    free(yv); free(xv); free(wv); free(bv); free(gv); free(dx);
+    lz_free(loss); lz_free(y); lz_free(x); lz_free(w); lz_free(b); lz_free(g);
+}
+
 static void test_layer_norm(void)
 {
     /* one row by hand: mean 2.5, biased var 1.25 */
@@ -300,6 +350,8 @@ static void test_layer_norm(void)
             check_grad(what, f_layer_norm, &c, 3, in);
             for (int i = 0; i < 3; i++) lz_free(in[i]);
         }
+
+    test_layer_norm_rows();
 
     lz_tensor *w = lz_zeros(LZ_F32, 1, (int64_t[]){4});
     lz_tensor *wbad = lz_zeros(LZ_F32, 1, (int64_t[]){3});

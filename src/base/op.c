@@ -43,6 +43,7 @@ const char *lz_op_name(lz_op op)
         [LZ_OP_SOFTMAX_GRAD] = "softmax_grad", [LZ_OP_LOG_SOFTMAX_GRAD] = "log_softmax_grad",
         [LZ_OP_CROSS_ENTROPY] = "cross_entropy", [LZ_OP_CROSS_ENTROPY_GRAD] = "cross_entropy_grad",
         [LZ_OP_HARDTANH] = "hardtanh", [LZ_OP_HARDTANH_GRAD] = "hardtanh_grad",
+        [LZ_OP_LAYER_NORM] = "layer_norm", [LZ_OP_LAYER_NORM_GRAD] = "layer_norm_grad",
         [LZ_OP_EMBEDDING] = "embedding", [LZ_OP_EMBEDDING_GRAD] = "embedding_grad",
         [LZ_OP_DROPOUT_MASK] = "dropout_mask", [LZ_OP_RNG_ADVANCE] = "rng_advance",
         [LZ_OP_RAND] = "rand",

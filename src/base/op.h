@@ -84,6 +84,11 @@ typedef enum lz_op {
                                    gradient applied to g first (LZ_BN_ACT_*, compiler
                                    only), at y recomputed with the forward's weight and
                                    bias, then the last inputs (iattr[3], iattr[4]: there) */
+    /* layer norm without its affine part (ops/layer_norm.c adds weight and
+       bias as element-wise steps): each row of iattr[0] elements (the
+       normalised axes, flattened) */
+    LZ_OP_LAYER_NORM,           /* (x) -> (x - mean) * rsqrt(var + fattr[0]), biased var */
+    LZ_OP_LAYER_NORM_GRAD,      /* (x, g) -> dx, the moments recomputed from x; same attrs */
     LZ_OP_TEST_GATE,    /* identity that blocks until lz_test_gate_open */
     /* data-parallel sum over the ranks of a job (src/comm), split in two so
        the compiler can start it as soon as its inputs exist and wait for it

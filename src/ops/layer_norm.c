@@ -1,12 +1,25 @@
-/* Layer norm, composed from recorded ops (mean, sub, mul, rsqrt), so its
- * gradient comes from their rules and it fuses with its neighbours like any
- * other element-wise chain. Like torch it normalises with the biased
- * variance of the last n_axes axes. */
+/* Layer norm: one LAYER_NORM step normalises each row of the last n_axes
+ * axes (like torch, with the biased variance), and weight and bias follow
+ * as element-wise steps, which fuse with whatever comes next; their
+ * gradients come from mul's and add's rules. Composed from mean, sub, mul
+ * and rsqrt steps it took nine kernels forward and more backward, about
+ * three times torch's layer-norm time in ViT (docs/performance.md). */
 #include <string.h>
 
+#include "autograd/autograd.h"
 #include "base/error.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
+
+static int layer_norm_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
+{
+    (void)out;
+    lz_tensor *x = ag->in[0];
+    if (!lz_needs_grad(x)) return 0;
+    lz_tensor *in[2] = {x, gout};
+    gin[0] = lz_record(LZ_OP_LAYER_NORM_GRAD, LZ_F32, lz_t_ndim(x), lz_t_shape(x), 2, in, &ag->attrs);
+    return gin[0] ? 0 : -1;
+}
 
 static int check_affine(const char *what, lz_tensor *p, lz_tensor *x, int n_axes)
 {
@@ -36,21 +49,17 @@ lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor 
     if (!(eps >= 0.0f)) return lz_errorf("lz_layer_norm: eps %g must be >= 0", (double)eps);
     if (check_affine("weight", weight, x, n_axes) || check_affine("bias", bias, x, n_axes))
         return NULL;
-    if (lz_shape_numel(n_axes, lz_t_shape(x) + nd - n_axes) == 0) {
+    const int64_t row = lz_shape_numel(n_axes, lz_t_shape(x) + nd - n_axes);
+    if (row == 0) {
         char s[96];
         return lz_errorf("lz_layer_norm: normalised axes of x %s are empty",
                          lz_shape_str(s, nd, lz_t_shape(x)));
     }
-    lz_tensor *eps_t = lz_nn_const_scalar(eps);
-    if (!eps_t) return NULL;
-
-    int axes[LZ_MAX_DIMS];
-    for (int i = 0; i < n_axes; i++) axes[i] = nd - n_axes + i;
+    lz_attrs at = {.n_iattr = 1, .iattr = {row}, .n_fattr = 1, .fattr = {eps}};
     /* the temporaries die with this scope; only the result is kept */
     lz_scope_begin();
-    lz_tensor *xc = lz_sub(x, lz_mean_axes(x, n_axes, axes, 1));
-    lz_tensor *var = lz_mean_axes(lz_mul(xc, xc), n_axes, axes, 1);
-    lz_tensor *y = lz_mul(xc, lz_rsqrt(lz_add(var, eps_t)));
+    lz_tensor *y = lz_record(LZ_OP_LAYER_NORM, LZ_F32, nd, lz_t_shape(x), 1, &x, &at);
+    lz_ag_attach(y, "lz_layer_norm", layer_norm_backward, 1, &x, &at);
     if (weight) y = lz_mul(y, weight);
     if (bias) y = lz_add(y, bias);
     lz_keep(y);

@@ -43,6 +43,7 @@ lz_kernel lz_cpu_misc_kernel(lz_op op);          /* k_misc.c: fill, copy, test g
 lz_kernel lz_cpu_nn_kernel(lz_op op);            /* k_nn.c: hardtanh, embedding, dropout, rand, rng */
 lz_kernel lz_cpu_conv_kernel(lz_op op);          /* k_conv.c: conv2d, pooling */
 lz_kernel lz_cpu_batch_norm_kernel(lz_op op);    /* k_batch_norm.c: fused training batch norm */
+lz_kernel lz_cpu_layer_norm_kernel(lz_op op);    /* k_layer_norm.c: layer norm and its gradient */
 lz_kernel lz_cpu_fused_kernel(lz_op op);         /* k_fused.c: fused element-wise chains */
 lz_kernel lz_cpu_dist_kernel(lz_op op);          /* k_dist.c: data-parallel all-reduce */
 
