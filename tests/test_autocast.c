@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cpu/bf16_isa.h"
+#include "base/switches.h"
 #include "testlib.h"
 
 static int64_t products(void) { return lz_cpu_bf16_matmul_count(0) + lz_cpu_bf16_matmul_count(1) +
@@ -232,6 +233,60 @@ static void winograd_stays_f32(void)
     lz_free(plain);
 }
 
+/* conv -> batch norm -> relu -> conv under autocast: the batch norm
+   writes the second convolution's bf16 operand itself, and its gradient
+   the first convolution's bf16 incoming gradient (compile/fuse_bn_act.c):
+   those casts go with fusion on, and the loss and gradients are bitwise
+   those with fusion off, on plain and on channel-blocked layouts. */
+typedef struct bn_run { float loss, *gw1, *gbn; int64_t casts; } bn_run;
+
+static bn_run bn_between_convs(int fusion)
+{
+    lz_fusion_set(fusion);
+    int64_t sx[4] = {4, 16, 8, 8}, sw[4] = {16, 16, 3, 3}, sc[1] = {16};
+    lz_scope_begin();
+    lz_tensor *x = lz_test_rand(31, -1, 1, 4, sx), *mix = lz_test_rand(32, -1, 1, 4, sx);
+    lz_tensor *w1 = lz_test_rand(33, -0.2f, 0.2f, 4, sw), *w2 = lz_test_rand(34, -0.2f, 0.2f, 4, sw);
+    lz_tensor *g = lz_test_rand(35, 0.5f, 1.5f, 1, sc), *b = lz_test_rand(36, -0.5f, 0.5f, 1, sc);
+    lz_requires_grad(w1, 1);
+    lz_requires_grad(g, 1);
+    lz_mark_step();
+    lz_wait();
+    lz_profile_enable(1);   /* lz_shutdown turns it off */
+    lz_profile_reset();
+    CHECK(lz_autocast_begin(LZ_BF16) == 0);
+    lz_tensor *h = lz_relu(lz_batch_norm(p_conv(x, w1), g, b, NULL, NULL, 1, 0.1f, 1e-5f));
+    lz_tensor *loss = lz_sum(lz_mul(p_conv(h, w2), mix));
+    CHECK(lz_autocast_end() == 0);
+    CHECK(loss && lz_backward(loss) == 0);
+    lz_mark_step();
+    CHECK_EQ_I(lz_wait(), 0);
+    bn_run r = {lz_item(loss), lz_test_read(lz_grad(w1)), lz_test_read(lz_grad(g)),
+                lz_test_kernel_calls("cast")};
+    lz_scope_end();
+    lz_shutdown();   /* no executable compiled under one setting serves the other */
+    lz_fusion_set(-1);
+    return r;
+}
+
+static void batch_norm_writes_bf16(void)
+{
+    for (int blocked = 0; blocked < 2; blocked++) {
+        lz_blocked_layouts_set(blocked);
+        bn_run on = bn_between_convs(1), off = bn_between_convs(0);
+        fprintf(stderr, "batch norm between convs (%s): %lld casts fused, %lld unfused\n",
+                blocked ? "blocked" : "plain", (long long)on.casts, (long long)off.casts);
+        /* the two in the batch norm's kernels, and the loss gradient's
+           into its element-wise chain (compile/fuse.c) */
+        CHECK_EQ_I(on.casts, off.casts - 3);
+        CHECK(on.loss == off.loss);
+        CHECK(on.gw1 && off.gw1 && memcmp(on.gw1, off.gw1, sizeof(float) * 16 * 16 * 9) == 0);
+        CHECK(on.gbn && off.gbn && memcmp(on.gbn, off.gbn, sizeof(float) * 16) == 0);
+        free(on.gw1); free(on.gbn); free(off.gw1); free(off.gbn);
+    }
+    lz_blocked_layouts_set(-1);
+}
+
 static void errors(void)
 {
     CHECK(lz_autocast_end() == -1 && strstr(lz_last_error(), "no autocast region"));
@@ -279,6 +334,7 @@ int main(void)
         /* but the 3x3 weight gradient on plain layouts (its x is an input of
            the backward's graph; k_dnnl_conv.c: oneDNN's is slow there) */
         CHECK_EQ_I(lz_cpu_bf16_conv_count(0), 1);
+        batch_norm_writes_bf16();
     }
     return lz_test_done();
 }

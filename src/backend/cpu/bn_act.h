@@ -11,7 +11,12 @@
 #include <math.h>
 
 #include "backend/cpu/activation.h"
+#include "base/bf16.h"
 #include "compile/program.h"
+
+/* Floats a forward kernel computes before it rounds them into a bf16
+   output (autocast's cast folded into the batch norm) */
+#define LZ_BN_TILE 1024
 
 /* Channel c's 1/std from the statistics [mean[C], var[C]]: one
    expression for the forward and the gradient kernels, plain and blocked,

@@ -145,6 +145,18 @@ static const char *k_bn_stats(const lz_program *p, const lz_instr *s, void *cons
     return NULL;
 }
 
+/* y[0..n) from x[0..n): normalised, scaled, shifted, then the activation
+   the compiler folded in */
+static void apply_row(const float *x, float *y, int64_t n, float m, float is, float wc, float bc,
+                      int act, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = bn_pre_act(x[i], m, is, wc, bc);
+    if (act == LZ_BN_ACT_RELU)
+        for (int64_t i = 0; i < n; i++) y[i] = relu_1(y[i]);
+    else if (act == LZ_BN_ACT_HARDTANH)
+        for (int64_t i = 0; i < n; i++) y[i] = hardtanh_1(y[i], lo, hi);
+}
+
 static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
     if (p->values[s->in[0]].block) return lz_cpu_bn_apply_blocked(p, s, ptrs);
@@ -154,7 +166,9 @@ static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *cons
     const int has_w = s->iattr[0] != 0, has_b = s->iattr[1] != 0;
     const float *w = has_w ? ptrs[s->in[3]] : NULL;
     const float *b = has_b ? ptrs[s->in[3 + has_w]] : NULL;
-    float *y = ptrs[s->out];
+    /* bf16: autocast's cast for the next convolution, folded in by the
+       compiler (compile/fuse_bn_act.c) */
+    const int bf16 = p->values[s->out].dtype == LZ_BF16;
     const int64_t planes = d.N * d.C;
     const int act = (int)s->iattr[2];
     const float lo = s->fattr[0], hi = s->fattr[1];
@@ -165,13 +179,17 @@ static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *cons
         const float m = st[c], is = bn_inv_std(st, d.C, c, eps);
         const float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
         const float *xr = x + pl * d.S;
-        float *yr = y + pl * d.S;
-        for (int64_t i = 0; i < d.S; i++) yr[i] = bn_pre_act(xr[i], m, is, wc, bc);
-        /* the activation folded in by the compiler */
-        if (act == LZ_BN_ACT_RELU)
-            for (int64_t i = 0; i < d.S; i++) yr[i] = relu_1(yr[i]);
-        else if (act == LZ_BN_ACT_HARDTANH)
-            for (int64_t i = 0; i < d.S; i++) yr[i] = hardtanh_1(yr[i], lo, hi);
+        if (!bf16) {
+            apply_row(xr, (float *)ptrs[s->out] + pl * d.S, d.S, m, is, wc, bc, act, lo, hi);
+            continue;
+        }
+        uint16_t *yr = (uint16_t *)ptrs[s->out] + pl * d.S;
+        float tile[LZ_BN_TILE];
+        for (int64_t i0 = 0; i0 < d.S; i0 += LZ_BN_TILE) {
+            const int64_t n = d.S - i0 < LZ_BN_TILE ? d.S - i0 : LZ_BN_TILE;
+            apply_row(xr + i0, tile, n, m, is, wc, bc, act, lo, hi);
+            for (int64_t i = 0; i < n; i++) yr[i0 + i] = lz_f32_to_bf16(tile[i]);
+        }
     }
     return NULL;
 }
@@ -243,9 +261,11 @@ static const char *k_bn_grad(const lz_program *p, const lz_instr *s, void *const
     const float *gs = ptrs[s->in[4]];
     const float eps = *(const float *)ptrs[s->in[2]];
     const float *w = s->iattr[0] ? ptrs[s->in[5]] : NULL;
-    float *dx = ptrs[s->out];
     const bn_fold f = fold_of(s, ptrs);
-    const int64_t planes = d.N * d.C;
+    /* bf16: autocast's cast for the convolution's backward, folded in by
+       the compiler (compile/fuse_bn_act.c); a tile at a time */
+    const int bf16 = p->values[s->out].dtype == LZ_BF16;
+    const int64_t planes = d.N * d.C, tile_n = bf16 ? LZ_BN_TILE : d.S;
     const float inv_m = 1.0f / (float)(d.N * d.S);
     #pragma omp parallel for schedule(static) if (planes * d.S > PAR_MIN && planes > 1)
     for (int64_t pl = 0; pl < planes; pl++) {
@@ -253,13 +273,20 @@ static const char *k_bn_grad(const lz_program *p, const lz_instr *s, void *const
         const float m = st[c], is = bn_inv_std(st, d.C, c, eps);
         const float a = (w ? w[c] : 1.0f) * is;
         const float mg = gs[c] * inv_m, mgx = gs[d.C + c] * inv_m;
-        const float *xr = x + pl * d.S, *gr = g + pl * d.S;
-        float *o = dx + pl * d.S;
-        if (f.act) {   /* the masked gradient goes through dx's row */
-            act_grad_row(&f, c, xr, gr, d.S, m, is, o);
-            gr = o;
+        float tile[LZ_BN_TILE];
+        for (int64_t i0 = 0; i0 < d.S; i0 += tile_n) {
+            const int64_t n = d.S - i0 < tile_n ? d.S - i0 : tile_n, at = pl * d.S + i0;
+            const float *xr = x + at, *gr = g + at;
+            float *o = bf16 ? tile : (float *)ptrs[s->out] + at;
+            if (f.act) {   /* the masked gradient goes through the output row */
+                act_grad_row(&f, c, xr, gr, n, m, is, o);
+                gr = o;
+            }
+            for (int64_t i = 0; i < n; i++) o[i] = a * (gr[i] - mg - (xr[i] - m) * is * mgx);
+            if (!bf16) continue;
+            uint16_t *ob = (uint16_t *)ptrs[s->out] + at;
+            for (int64_t i = 0; i < n; i++) ob[i] = lz_f32_to_bf16(tile[i]);
         }
-        for (int64_t i = 0; i < d.S; i++) o[i] = a * (gr[i] - mg - (xr[i] - m) * is * mgx);
     }
     return NULL;
 }

@@ -201,16 +201,27 @@ const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_instr *s, void
     const int has_w = s->iattr[0] != 0, has_b = s->iattr[1] != 0;
     const float *w = has_w ? ptrs[s->in[3]] : NULL;
     const float *b = has_b ? ptrs[s->in[3 + has_w]] : NULL;
-    float *y = ptrs[s->out];
+    /* bf16: autocast's cast for the next convolution, folded in by the
+       compiler (compile/fuse_bn_act.c); computed a tile of pixels at a time */
+    const int bf16 = p->values[s->out].dtype == LZ_BF16;
     const int64_t planes = d.N * d.CB, plane = d.S * d.B;
+    const int64_t tile_px = bf16 ? LZ_BN_TILE / d.B : d.S;
     #pragma omp parallel for schedule(static) if (planes * plane > PAR_MIN && planes > 1)
     for (int64_t pl = 0; pl < planes; pl++) {
         const int64_t cb = pl % d.CB;
-        const float *xp = x + pl * plane;
-        float *yp = y + pl * plane;
-        if (d.B == 16) apply_block(s, &d, cb, 16, xp, yp, st, eps, w, b);
-        else if (d.B == 8) apply_block(s, &d, cb, 8, xp, yp, st, eps, w, b);
-        else apply_block(s, &d, cb, (int)d.B, xp, yp, st, eps, w, b);
+        float tile[LZ_BN_TILE];
+        for (int64_t i0 = 0; i0 < d.S; i0 += tile_px) {
+            bn_dims dt = d;
+            dt.S = d.S - i0 < tile_px ? d.S - i0 : tile_px;
+            const float *xp = x + pl * plane + i0 * d.B;
+            float *yp = bf16 ? tile : (float *)ptrs[s->out] + pl * plane + i0 * d.B;
+            if (d.B == 16) apply_block(s, &dt, cb, 16, xp, yp, st, eps, w, b);
+            else if (d.B == 8) apply_block(s, &dt, cb, 8, xp, yp, st, eps, w, b);
+            else apply_block(s, &dt, cb, (int)d.B, xp, yp, st, eps, w, b);
+            if (!bf16) continue;
+            uint16_t *yb = (uint16_t *)ptrs[s->out] + pl * plane + i0 * d.B;
+            for (int64_t i = 0; i < dt.S * d.B; i++) yb[i] = lz_f32_to_bf16(tile[i]);
+        }
     }
     return NULL;
 }
@@ -360,19 +371,32 @@ const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_instr *s, void 
     const float *gs = ptrs[s->in[4]];
     const float eps = *(const float *)ptrs[s->in[2]];
     const float *w = s->iattr[0] ? ptrs[s->in[5]] : NULL;
-    float *dx = ptrs[s->out];
+    /* bf16: autocast's cast for the convolution's backward, folded in by
+       the compiler (compile/fuse_bn_act.c); a tile of pixels at a time */
+    const int bf16 = p->values[s->out].dtype == LZ_BF16;
     const int64_t planes = d.N * d.CB, plane = d.S * d.B;
+    const int64_t tile_px = bf16 ? LZ_BN_TILE / d.B : d.S;
     const float inv_m = 1.0f / (float)(d.N * d.S);
     #pragma omp parallel for schedule(static) if (planes * plane > PAR_MIN && planes > 1)
     for (int64_t pl = 0; pl < planes; pl++) {
-        const int64_t cb = pl % d.CB, at = pl * plane;
-        if (d.B == 16)
-            grad_block(s, &d, cb, 16, x + at, g + at, dx + at, st, gs, w, eps, inv_m, act, fw, fb);
-        else if (d.B == 8)
-            grad_block(s, &d, cb, 8, x + at, g + at, dx + at, st, gs, w, eps, inv_m, act, fw, fb);
-        else
-            grad_block(s, &d, cb, (int)d.B, x + at, g + at, dx + at, st, gs, w, eps, inv_m, act,
-                       fw, fb);
+        const int64_t cb = pl % d.CB;
+        float tile[LZ_BN_TILE];
+        for (int64_t i0 = 0; i0 < d.S; i0 += tile_px) {
+            bn_dims dt = d;
+            dt.S = d.S - i0 < tile_px ? d.S - i0 : tile_px;
+            const int64_t at = pl * plane + i0 * d.B;
+            float *o = bf16 ? tile : (float *)ptrs[s->out] + at;
+            if (d.B == 16)
+                grad_block(s, &dt, cb, 16, x + at, g + at, o, st, gs, w, eps, inv_m, act, fw, fb);
+            else if (d.B == 8)
+                grad_block(s, &dt, cb, 8, x + at, g + at, o, st, gs, w, eps, inv_m, act, fw, fb);
+            else
+                grad_block(s, &dt, cb, (int)d.B, x + at, g + at, o, st, gs, w, eps, inv_m, act,
+                           fw, fb);
+            if (!bf16) continue;
+            uint16_t *ob = (uint16_t *)ptrs[s->out] + at;
+            for (int64_t k = 0; k < dt.S * d.B; k++) ob[k] = lz_f32_to_bf16(tile[k]);
+        }
     }
     return NULL;
 }
