@@ -75,7 +75,8 @@ static int fuse_run(const lz_program *p, const lz_instr *old, const int *idx, in
         int v = f->ops[k].out, inside = 0;
         for (int j = k + 1; j < n; j++)
             for (int a = 0; a < f->ops[j].n_in; a++) inside += f->ops[j].in[a] == v;
-        f->store[k] = k == n - 1 || p->values[v].kind == LZ_VALUE_OUTPUT || uses[v] > inside;
+        f->store[k] = k == n - 1 || p->values[v].kind == LZ_VALUE_OUTPUT || uses[v] > inside ||
+                      p->values[v].dtype != LZ_F32;   /* tiles hold floats */
         if (f->store[k] && k != n - 1) f->extra[f->n_extra++] = v;
     }
     memset(dst, 0, sizeof *dst);
