@@ -12,20 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "lazyc.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* median ms per step of n steps of y = op(x), over five rounds */
 static double time_op(lz_tensor *(*op)(lz_tensor *), lz_tensor *x, lz_tensor *y, long n)
@@ -42,8 +30,7 @@ static double time_op(lz_tensor *(*op)(lz_tensor *), lz_tensor *x, lz_tensor *y,
         if (lz_wait() != 0) return -1;
         round_ms[r] = (now_ms() - t0) / (double)n;
     }
-    qsort(round_ms, 5, sizeof *round_ms, cmp_double);
-    return round_ms[2];
+    return median(round_ms, 5);
 }
 
 int main(int argc, char **argv)

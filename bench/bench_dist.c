@@ -20,15 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
 #include "lazyc.h"
 #include "zoo.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 typedef struct worker {
     lz_model *m;

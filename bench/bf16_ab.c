@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "lazyc.h"
 #include "lazyc_nn.h"
 
@@ -28,13 +29,6 @@ typedef struct inst {
     double ms[64];
     int n;
 } inst;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 static int64_t bytes_now(void)
 {
@@ -98,18 +92,6 @@ static int run(inst *b, double *ms, float *loss)
     if (rc == 0 && loss) *loss = lz_item(out[0]);
     lz_free(out[0]);
     return rc;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void done(inst *b)

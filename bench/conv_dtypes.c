@@ -16,15 +16,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
+
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-}
 
 static dnnl_memory_t zeroed(const dnnl_memory_desc_t *d)
 {

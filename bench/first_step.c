@@ -18,20 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "lazyc_nn.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* A batch of zeros for the images, class 0 everywhere for the targets: the
    time of a step does not depend on the values. */

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
 #include "lazyc.h"
 #include "mlp_model.h"
 
@@ -55,13 +56,6 @@ static long rss_kib(void)
         fclose(f);
     }
     return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* One step; reads the loss when read != 0 (into *loss). */
