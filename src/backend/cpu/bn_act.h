@@ -14,9 +14,16 @@
 #include "base/bf16.h"
 #include "compile/program.h"
 
-/* Floats a forward kernel computes before it rounds them into a bf16
-   output (autocast's cast folded into the batch norm) */
+/* Floats a kernel computes before it rounds them into a bf16 output
+   (autocast's cast folded into the batch norm or its gradient) */
 #define LZ_BN_TILE 1024
+
+/* tile[0..n) rounded into the bf16 output out at element at */
+static inline void bn_store_bf16(void *out, int64_t at, const float *tile, int64_t n)
+{
+    uint16_t *o = (uint16_t *)out + at;
+    for (int64_t i = 0; i < n; i++) o[i] = lz_f32_to_bf16(tile[i]);
+}
 
 /* Channel c's 1/std from the statistics [mean[C], var[C]]: one
    expression for the forward and the gradient kernels, plain and blocked,

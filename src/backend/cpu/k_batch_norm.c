@@ -169,7 +169,7 @@ static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *cons
     /* bf16: autocast's cast for the next convolution, folded in by the
        compiler (compile/fuse_bn_act.c) */
     const int bf16 = p->values[s->out].dtype == LZ_BF16;
-    const int64_t planes = d.N * d.C;
+    const int64_t planes = d.N * d.C, tile_n = bf16 ? LZ_BN_TILE : d.S;
     const int act = (int)s->iattr[2];
     const float lo = s->fattr[0], hi = s->fattr[1];
     #pragma omp parallel for schedule(static) if (planes * d.S > PAR_MIN && planes > 1)
@@ -178,17 +178,12 @@ static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *cons
         /* the composed form's order: ((x - mean) * invstd) * w + b */
         const float m = st[c], is = bn_inv_std(st, d.C, c, eps);
         const float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
-        const float *xr = x + pl * d.S;
-        if (!bf16) {
-            apply_row(xr, (float *)ptrs[s->out] + pl * d.S, d.S, m, is, wc, bc, act, lo, hi);
-            continue;
-        }
-        uint16_t *yr = (uint16_t *)ptrs[s->out] + pl * d.S;
         float tile[LZ_BN_TILE];
-        for (int64_t i0 = 0; i0 < d.S; i0 += LZ_BN_TILE) {
-            const int64_t n = d.S - i0 < LZ_BN_TILE ? d.S - i0 : LZ_BN_TILE;
-            apply_row(xr + i0, tile, n, m, is, wc, bc, act, lo, hi);
-            for (int64_t i = 0; i < n; i++) yr[i0 + i] = lz_f32_to_bf16(tile[i]);
+        for (int64_t i0 = 0; i0 < d.S; i0 += tile_n) {
+            const int64_t n = d.S - i0 < tile_n ? d.S - i0 : tile_n, at = pl * d.S + i0;
+            float *o = bf16 ? tile : (float *)ptrs[s->out] + at;
+            apply_row(x + at, o, n, m, is, wc, bc, act, lo, hi);
+            if (bf16) bn_store_bf16(ptrs[s->out], at, tile, n);
         }
     }
     return NULL;
@@ -283,9 +278,7 @@ static const char *k_bn_grad(const lz_program *p, const lz_instr *s, void *const
                 gr = o;
             }
             for (int64_t i = 0; i < n; i++) o[i] = a * (gr[i] - mg - (xr[i] - m) * is * mgx);
-            if (!bf16) continue;
-            uint16_t *ob = (uint16_t *)ptrs[s->out] + at;
-            for (int64_t i = 0; i < n; i++) ob[i] = lz_f32_to_bf16(tile[i]);
+            if (bf16) bn_store_bf16(ptrs[s->out], at, tile, n);
         }
     }
     return NULL;

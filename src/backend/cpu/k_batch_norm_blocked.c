@@ -213,14 +213,12 @@ const char *lz_cpu_bn_apply_blocked(const lz_program *p, const lz_instr *s, void
         for (int64_t i0 = 0; i0 < d.S; i0 += tile_px) {
             bn_dims dt = d;
             dt.S = d.S - i0 < tile_px ? d.S - i0 : tile_px;
-            const float *xp = x + pl * plane + i0 * d.B;
-            float *yp = bf16 ? tile : (float *)ptrs[s->out] + pl * plane + i0 * d.B;
-            if (d.B == 16) apply_block(s, &dt, cb, 16, xp, yp, st, eps, w, b);
-            else if (d.B == 8) apply_block(s, &dt, cb, 8, xp, yp, st, eps, w, b);
-            else apply_block(s, &dt, cb, (int)d.B, xp, yp, st, eps, w, b);
-            if (!bf16) continue;
-            uint16_t *yb = (uint16_t *)ptrs[s->out] + pl * plane + i0 * d.B;
-            for (int64_t i = 0; i < dt.S * d.B; i++) yb[i] = lz_f32_to_bf16(tile[i]);
+            const int64_t at = pl * plane + i0 * d.B;
+            float *o = bf16 ? tile : (float *)ptrs[s->out] + at;
+            if (d.B == 16) apply_block(s, &dt, cb, 16, x + at, o, st, eps, w, b);
+            else if (d.B == 8) apply_block(s, &dt, cb, 8, x + at, o, st, eps, w, b);
+            else apply_block(s, &dt, cb, (int)d.B, x + at, o, st, eps, w, b);
+            if (bf16) bn_store_bf16(ptrs[s->out], at, tile, dt.S * d.B);
         }
     }
     return NULL;
@@ -393,9 +391,7 @@ const char *lz_cpu_bn_grad_blocked(const lz_program *p, const lz_instr *s, void 
             else
                 grad_block(s, &dt, cb, (int)d.B, x + at, g + at, o, st, gs, w, eps, inv_m, act,
                            fw, fb);
-            if (!bf16) continue;
-            uint16_t *ob = (uint16_t *)ptrs[s->out] + at;
-            for (int64_t k = 0; k < dt.S * d.B; k++) ob[k] = lz_f32_to_bf16(tile[k]);
+            if (bf16) bn_store_bf16(ptrs[s->out], at, tile, dt.S * d.B);
         }
     }
     return NULL;
