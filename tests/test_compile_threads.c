@@ -2,10 +2,16 @@
  * thread make oneDNN's sgemm kernels while it prepares the executable
  * (backend/cpu/backend.c), and joins it before the compile returns: no
  * thread of lazyc's is left running by a compile, so a program may exit
- * right after one. Counted on Linux, from /proc/self/task. */
+ * right after one. Counted on Linux, from /proc/self/task.
+ *
+ * `test_compile_threads stopped` (ctest test_compile_threads_stopped):
+ * the same when that first compile stops after the kernels are prepared
+ * (its arena's allocation fails), and the next compile then works. */
 #include <dirent.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "base/fault.h"
 #include "compile/executable.h"
 #include "engine/tensor.h"
 #include "ir/graph.h"
@@ -22,10 +28,45 @@ static int threads_now(void)
     return n;
 }
 
-int main(void)
+/* The process's first compile, of a graph with an arena (the product is
+   a temporary), stopped by its arena's allocation failing. */
+static void first_compile_stopped(void)
+{
+    const int64_t s[2] = {16, 16};
+    lz_tensor *a = lz_test_rand(1, -1, 1, 2, s), *b = lz_test_rand(2, -1, 1, 2, s);
+    lz_tensor *c = lz_matmul(a, b), *d = lz_add(c, a);
+    lz_node *root = d->node;
+    lz_graph g;
+    lz_graph_cut(&g, &root, 1);
+    const int before = threads_now();
+    lz_fault_set(LZ_FAULT_ALLOC, 1);   /* the compile's only device allocation: the arena */
+    lz_executable *e = lz_compile(&g);
+    CHECK(e == NULL);
+    CHECK(lz_fault_fired(LZ_FAULT_ALLOC) == 1);
+    CHECK(strstr(lz_last_error(), "arena") != NULL);
+    CHECK_EQ_I(threads_now(), before);
+    lz_fault_reset();
+    e = lz_compile(&g);
+    CHECK(e != NULL);
+    CHECK_EQ_I(threads_now(), before);
+    lz_executable_unref(e);
+    lz_graph_release(&g);
+    float vd[256];
+    CHECK(lz_to_host(d, vd, sizeof vd) == 0);
+    lz_free(a);
+    lz_free(b);
+    lz_free(c);
+    lz_free(d);
+}
+
+int main(int argc, char **argv)
 {
     if (threads_now() < 0) {
         fprintf(stderr, "test_compile_threads: NOT CHECKED: no /proc/self/task\n");
+        return lz_test_done();
+    }
+    if (argc > 1 && !strcmp(argv[1], "stopped")) {
+        first_compile_stopped();
         return lz_test_done();
     }
     const int64_t s[2] = {16, 16};

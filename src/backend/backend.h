@@ -32,6 +32,9 @@ typedef struct lz_backend {
        scratch is at arena + steps[i].scratch_offset. Returns NULL or a
        message naming the failing op. */
     const char *(*run)(lz_backend_exec *e, void *const *ptrs, void *arena);
+    /* Optional: called once the memory plan has placed e's arena (NULL
+       when it has none), before e's first run. */
+    void  (*ready)(lz_backend_exec *e, void *arena, size_t arena_bytes);
     void  (*release)(lz_backend_exec *e);
     /* Blocked layouts (compile/layout_plan.c), both optional: the channel block
        of the backend's kernels (0: plain layouts only), and how step s's

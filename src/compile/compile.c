@@ -139,6 +139,7 @@ lz_executable *lz_compile(const lz_graph *g)
                              "(out of device memory)", nbytes);
         }
     }
+    if (e->backend->ready) e->backend->ready(e->bexec, e->arena, e->prog.arena_bytes);
     return e;
 }
 

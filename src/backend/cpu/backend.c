@@ -29,34 +29,70 @@ struct lz_backend_exec {
 
 static void cpu_copy(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
 
-static void cpu_release(lz_backend_exec *e)
-{
-    for (int i = 0; i < e->prog->n_steps; i++)
-        if (e->steps[i].state) e->steps[i].stateful->release(e->steps[i].state);
-    free(e);
-}
+static pthread_mutex_t sgemm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t sgemm_thread;
+static int sgemm_started, sgemm_running;
+static atomic_int sgemm_made;
 
 static void *make_sgemm_kernels(void *arg)
 {
     lz_cpu_sgemm_make_kernels();
+    atomic_store(&sgemm_made, 1);
     return arg;
 }
 
-/* The process's first prepare of a program with products has a thread
-   make oneDNN's sgemm kernels while it creates the executable's
-   primitives (the first step made them in its first product, after the
-   compile), and joins it before it returns: nothing outlives the compile,
-   so a program that exits right after one exits cleanly. */
-static int sgemm_thread_start(const lz_program *p, pthread_t *t)
+/* The process's first prepare of a program with products starts a thread
+   that makes oneDNN's sgemm kernels (30-50 ms on the 2-core EPYC; else the
+   first product makes them inside the first step) while the compile goes
+   on. The compile joins it before it returns, through cpu_ready or, when
+   it stops early, cpu_release: nothing outlives the compile, so a program
+   that exits right after one exits cleanly (oneDNN's kernels are static
+   objects destroyed at exit). */
+static void sgemm_thread_start(const lz_program *p)
 {
-    static atomic_flag started = ATOMIC_FLAG_INIT;
     int products = 0;   /* the steps that may run sgemm */
     for (int i = 0; i < p->n_steps && !products; i++)
         products = p->steps[i].op == LZ_OP_MATMUL || p->steps[i].op == LZ_OP_CONV2D ||
                    p->steps[i].op == LZ_OP_CONV2D_GRAD_INPUT ||
                    p->steps[i].op == LZ_OP_CONV2D_GRAD_WEIGHT;
-    if (!products || atomic_flag_test_and_set(&started)) return 0;
-    return pthread_create(t, NULL, make_sgemm_kernels, NULL) == 0;   /* else the first product makes them */
+    if (!products) return;
+    pthread_mutex_lock(&sgemm_mu);
+    if (!sgemm_started) {
+        sgemm_started = 1;   /* if the thread can't start, the first product makes them */
+        sgemm_running = pthread_create(&sgemm_thread, NULL, make_sgemm_kernels, NULL) == 0;
+    }
+    pthread_mutex_unlock(&sgemm_mu);
+}
+
+static void sgemm_thread_join(void)
+{
+    pthread_mutex_lock(&sgemm_mu);
+    if (sgemm_running) pthread_join(sgemm_thread, NULL);
+    sgemm_running = 0;
+    pthread_mutex_unlock(&sgemm_mu);
+}
+
+static void cpu_release(lz_backend_exec *e)
+{
+    sgemm_thread_join();
+    for (int i = 0; i < e->prog->n_steps; i++)
+        if (e->steps[i].state) e->steps[i].stateful->release(e->steps[i].state);
+    free(e);
+}
+
+/* While the kernels are still being made, the waiting thread faults the
+   arena's pages in, a write a page, instead of idling: the first run
+   would fault them in anyway, and a fresh page's first touch is most of
+   a first step's extra time (docs/performance.md, "Time to first step").
+   It stops when the kernels are made: the rest is no longer free. */
+static void cpu_ready(lz_backend_exec *e, void *arena, size_t arena_bytes)
+{
+    (void)e;
+    pthread_mutex_lock(&sgemm_mu);
+    const int running = sgemm_running;
+    pthread_mutex_unlock(&sgemm_mu);
+    if (running) lz_pool_fault_in(arena, arena_bytes, &sgemm_made);
+    sgemm_thread_join();
 }
 
 static lz_backend_exec *cpu_prepare(lz_program *p)
@@ -64,13 +100,11 @@ static lz_backend_exec *cpu_prepare(lz_program *p)
     lz_backend_exec *e = calloc(1, sizeof *e + sizeof(cpu_step) * (size_t)(p->n_steps + 1));
     if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_steps);
     e->prog = p;
-    pthread_t sgemm_thread;
-    const int joining = sgemm_thread_start(p, &sgemm_thread);
+    sgemm_thread_start(p);
     for (int i = 0; i < p->n_steps; i++) {
         cpu_step *cs = &e->steps[i];
         cs->kernel = lz_cpu_kernel_for((lz_op)p->steps[i].op);
         if (!cs->kernel) {
-            if (joining) pthread_join(sgemm_thread, NULL);
             cpu_release(e);
             return lz_errorf("cpu backend: no kernel for op %s", lz_op_name((lz_op)p->steps[i].op));
         }
@@ -79,7 +113,6 @@ static lz_backend_exec *cpu_prepare(lz_program *p)
         cs->library = cs->state && cs->stateful->library(cs->state);
         p->steps[i].scratch_bytes = cs->state ? cs->stateful->scratch_bytes(cs->state) : 0;
     }
-    if (joining) pthread_join(sgemm_thread, NULL);
     return e;
 }
 
@@ -135,7 +168,7 @@ const lz_backend *lz_backend_cpu(void)
     static const lz_backend cpu = {
         .name = "cpu", .alloc = lz_pool_alloc, .free = lz_pool_free,
         .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy,
-        .prepare = cpu_prepare, .run = cpu_run, .release = cpu_release,
+        .prepare = cpu_prepare, .run = cpu_run, .ready = cpu_ready, .release = cpu_release,
         .trim = cpu_trim,
         .layout_block = lz_cpu_layout_block, .operand_layouts = lz_cpu_operand_layouts,
         .conv_f32_faster = lz_cpu_conv_f32_faster,

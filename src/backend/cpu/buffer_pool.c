@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/fault.h"
 #include "base/settings.h"
@@ -180,4 +181,15 @@ size_t lz_pool_cached_bytes(void)
     size_t n = cached;
     pthread_mutex_unlock(&mu);
     return n;
+}
+
+/* A write per page, not madvise(MADV_POPULATE_WRITE): that holds the
+   address-space lock for a whole chunk, and the thread this one waits for
+   (oneDNN making its JIT kernels) maps and protects pages all the while:
+   it was slowed down so much that the whole arena was faulted in first. */
+void lz_pool_fault_in(void *p, size_t nbytes, const atomic_int *stop)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk = (size_t)256 << 10;
+    for (size_t off = 0; off < nbytes && !atomic_load(stop); off += chunk)
+        for (size_t k = off; k < nbytes && k < off + chunk; k += page) ((volatile char *)p)[k] = 0;
 }

@@ -1,6 +1,7 @@
 #ifndef LZ_CPU_POOL_H
 #define LZ_CPU_POOL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* 64-byte aligned host memory; freed blocks are reused by exact size, up
@@ -16,5 +17,8 @@ void  lz_pool_trim(void);
 size_t lz_pool_cached_bytes(void);
 /* Bytes handed out and not yet freed. */
 size_t lz_pool_held_bytes(void);
+/* Faults p's nbytes in (their first touch, done now) until *stop is set:
+   writes a byte a page, so their contents are undefined after. */
+void lz_pool_fault_in(void *p, size_t nbytes, const atomic_int *stop);
 
 #endif
