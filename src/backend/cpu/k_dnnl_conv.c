@@ -393,7 +393,15 @@ static int winograd_fits(const conv_descs *d)
    convolution: widened bf16 operands would run k_conv.c on plain layouts
    (vgg16's autocast step took 2.8x its f32 one under DNNL_MAX_CPU_ISA=AVX2,
    4.5x on oneDNN's emulation under AVX512_CORE). Native bf16 implies
-   AVX-512, where oneDNN has Winograd. */
+   AVX-512, where oneDNN has Winograd.
+
+   So does a 1x1 convolution neither of whose channel counts fills whole
+   blocks: in float32 both its activations stay plain (layout_plan.c) and
+   lazyc's sgemm runs it; in bf16 only oneDNN's kernel can, and it
+   reorders both into blocks and back: 1.5-2.9x slower on mnasnet1_0's
+   24/40/72/120-channel layers (docs/performance.md, "bf16 convolutions").
+   Where one side fills blocks, the f32 step runs oneDNN too, and bf16 was
+   faster (mobilenet_v2's 24-channel, squeezenet1_1's 48-channel layers). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -401,7 +409,10 @@ int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
         lz_cpu_bf16_notice();
         return 1;
     }
-    if (groups != 1 || !lz_dnnl_conv_enabled() || y[2] < 16 || y[3] < 16) return 0;
+    if (groups != 1 || !lz_dnnl_conv_enabled()) return 0;
+    const int b = lz_cpu_layout_block();
+    if (w[2] * w[3] == 1 && b && x[1] % b && w[0] % b) return 1;
+    if (y[2] < 16 || y[3] < 16) return 0;
     const int64_t st[2] = {stride[0], stride[1]}, dil[2] = {dilation[0] - 1, dilation[1] - 1};
     return winograd_shape(x, w, y, 4, st, dil);
 }
