@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Per thread, so a failure on the executor thread never clobbers the
    recording thread's message. */
@@ -66,3 +67,30 @@ const char *lz_dtype_name(lz_dtype dtype)
 /* Here, next to lz_dtype_name, because kernels (backend/cpu) size buffers
    with it and must not call up into the engine. */
 size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : dtype == LZ_BF16 ? 2 : 4; }
+
+/* One write a line, so lines from two threads do not interleave. */
+static void say(const char *kind, const char *fmt, va_list ap)
+{
+    char line[2048];
+    int n = snprintf(line, sizeof line, "lazyc: %s: ", kind);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    size_t len = strlen(line);
+    line[len] = '\n';
+    fwrite(line, 1, len + 1, stderr);
+}
+
+void lz_notice(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say("notice", fmt, ap);
+    va_end(ap);
+}
+
+void lz_warning(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say("warning", fmt, ap);
+    va_end(ap);
+}

@@ -12,5 +12,10 @@ int   lz_errorf_int(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
 /* Formats a shape as "[2, 3]" into buf (at least 96 bytes); returns buf. */
 const char *lz_shape_str(char *buf, int ndim, const int64_t *shape);
 const char *lz_dtype_name(lz_dtype dtype);
+/* The runtime's messages to the user that are not errors, one line each on
+   stderr: "lazyc: notice: ..." says what lazyc chose in the user's place
+   (once), "lazyc: warning: ..." what the user may want to change. */
+void lz_notice(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
+void lz_warning(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
 
 #endif

@@ -103,8 +103,8 @@ int64_t lz_setting_int(lz_setting_id id)
         const char *e = env_of(d);
         if (e && parse(d, e, &v) != 0) {
             char buf[96];
-            fprintf(stderr, "lazyc: warning: %s='%s' is not %s; using the default %s\n",
-                    d->name, e, accepted(d, buf, sizeof buf), d->def);
+            lz_warning("%s='%s' is not %s; using the default %s", d->name, e,
+                       accepted(d, buf, sizeof buf), d->def);
             e = NULL;
         }
         if (!e) parse(d, d->def, &v);

@@ -600,11 +600,11 @@ static void warn_host_values(lz_fn *f, const trace *tr)
     }
     if (!n) return;
     f->warned_host = 1;
-    fprintf(stderr, "lazyc: warning: the captured step function made %d tensor%s from host memory while "
-                    "it was traced (%s); every replay reuses the values %s had then. Pass each as an "
-                    "input of lz_call, or keep it as a tensor alive across calls and change it with "
-                    "lz_assign or lz_copy_from_host\n",
-            n, n > 1 ? "s" : "", list, n > 1 ? "they" : "it");
+    lz_warning("the captured step function made %d tensor%s from host memory while it was traced "
+               "(%s); every replay reuses the values %s had then. Pass each as an input of "
+               "lz_call, or keep it as a tensor alive across calls and change it with lz_assign "
+               "or lz_copy_from_host",
+               n, n > 1 ? "s" : "", list, n > 1 ? "they" : "it");
 }
 
 /* The first difference between the capture tr holds and the graph g just
@@ -952,8 +952,8 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     if (rc != 0) goto done;
 
     if (break_reason) {
-        fprintf(stderr, "lazyc: warning: the captured step function calls %s while it is traced "
-                        "(a graph break); it will be traced on every call\n", break_reason);
+        lz_warning("the captured step function calls %s while it is traced (a graph break); it "
+                   "will be traced on every call", break_reason);
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
         rc = run_uncaptured(f, out, serial0);
@@ -1052,11 +1052,11 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     }
     if (bound == 1) {
         char shape[96];
-        fprintf(stderr, "lazyc: warning: the captured step function reads a tensor alive across calls "
-                        "(%s %s) and then frees it (state kept by replacing a handle); it will be traced "
-                        "on every call. Keep such state in one tensor and update it with lz_assign\n",
-                lz_shape_str(shape, freed->node->ndim, freed->node->shape),
-                lz_dtype_name((lz_dtype)freed->node->dtype));
+        lz_warning("the captured step function reads a tensor alive across calls (%s %s) and then "
+                   "frees it (state kept by replacing a handle); it will be traced on every call. "
+                   "Keep such state in one tensor and update it with lz_assign",
+                   lz_shape_str(shape, freed->node->ndim, freed->node->shape),
+                   lz_dtype_name((lz_dtype)freed->node->dtype));
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
         clear_capture(tr);

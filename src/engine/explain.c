@@ -224,10 +224,9 @@ void lz_explain_barrier(int compiled)
     int top = LZ_CAUSE_GREW;
     for (int c = LZ_CAUSE_GREW; c < LZ_CAUSE_COUNT; c++)
         if (cause_counts[c] > cause_counts[top]) top = c;
-    fprintf(stderr,
-            "lazyc: warning: %d of the last 10 graphs compiled anew (%lld graphs so far); "
-            "usual causes: a loop without lz_mark_step (the graph grows every step), a shape "
-            "that changes every step, a host value baked into the graph. Most compiles here: "
-            "\"%s\". LZ_EXPLAIN_COMPILES=1 prints why each one missed the cache.\n",
-            __builtin_popcount(history), barriers, lz_compile_cause_name(top));
+    lz_warning("%d of the last 10 graphs compiled anew (%lld graphs so far); usual causes: a "
+               "loop without lz_mark_step (the graph grows every step), a shape that changes "
+               "every step, a host value baked into the graph. Most compiles here: \"%s\". "
+               "LZ_EXPLAIN_COMPILES=1 prints why each one missed the cache.",
+               __builtin_popcount(history), barriers, lz_compile_cause_name(top));
 }

@@ -3,7 +3,8 @@
 
 #include <dnnl.h>
 #include <pthread.h>
-#include <stdio.h>
+
+#include "base/error.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT, told = PTHREAD_ONCE_INIT;
 static int way;
@@ -24,10 +25,9 @@ int lz_cpu_bf16_way(void)
 static void tell(void)
 {
     if (lz_cpu_bf16_way() == LZ_BF16_WIDENED)
-        fprintf(stderr, "lazyc: notice: no AVX512_BF16 instructions (as oneDNN sees this CPU): "
-                        "bf16 products run in float32 on the bf16-rounded operands, and "
-                        "autocast keeps convolutions float32 (no speed-up; oneDNN's bf16 "
-                        "emulation is slower than float32)\n");
+        lz_notice("no AVX512_BF16 instructions (as oneDNN sees this CPU): bf16 products run in "
+                  "float32 on the bf16-rounded operands, and autocast keeps convolutions "
+                  "float32 (no speed-up; oneDNN's bf16 emulation is slower than float32)");
 }
 
 void lz_cpu_bf16_notice(void) { pthread_once(&told, tell); }

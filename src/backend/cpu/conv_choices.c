@@ -4,7 +4,6 @@
 #include <dnnl.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,17 +27,6 @@ static int64_t loaded;
 static char path[4096];       /* "" when the choices are not kept in a file */
 static char identity[512];
 static int write_noticed;
-
-static void notice(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
-static void notice(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("lazyc: notice: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 /* The CPU's model string (cpuid's brand string), spaces trimmed. */
 static void cpu_model(char *out, size_t n)
@@ -145,7 +133,7 @@ static void read_file_locked(void)
     FILE *f = fopen(path, "r");
     if (!f) {
         if (errno != ENOENT)
-            notice("%s: cannot read the convolution choices (%s); they are timed again", path,
+            lz_notice("%s: cannot read the convolution choices (%s); they are timed again", path,
                    strerror(errno));
         return;
     }
@@ -160,7 +148,7 @@ static void read_file_locked(void)
         lineno = 2;
     } else if (strncmp(line + 5, identity, id_len) || strcmp(line + 5 + id_len, "\n")) {
         line[strcspn(line, "\n")] = '\0';
-        notice("%s was written for another machine or version (%s; this is %s): ignored, its "
+        lz_notice("%s was written for another machine or version (%s; this is %s): ignored, its "
                "convolution choices are timed again", path, line, identity);
         fclose(f);
         return;
@@ -181,7 +169,7 @@ static void read_file_locked(void)
     fclose(f);
     if (bad) {
         n_table = n0;
-        notice("%s: not a file of convolution choices (line %d does not parse): ignored, its "
+        lz_notice("%s: not a file of convolution choices (line %d does not parse): ignored, its "
                "choices are timed again and the file replaced", path, lineno ? lineno : 1);
         return;
     }
@@ -235,7 +223,7 @@ static void write_file_locked(void)
     }
     if (why && !write_noticed) {
         write_noticed = 1;
-        notice("the convolution choices are kept for this process only: %s", why);
+        lz_notice("the convolution choices are kept for this process only: %s", why);
     }
     if (saved) {
         lz_errorf("%s", saved);
