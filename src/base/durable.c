@@ -172,3 +172,11 @@ int lz_durable_commit(lz_durable *d, const char *fn, const char *path)
     return lz_errorf_int("%s: %s: %s: %s%s", fn, path, step, strerror(err),
                          replacing && !renamed ? " (the file is as it was)" : "");
 }
+
+int lz_durable_write_failed(lz_durable *d, const char *fn, const char *path)
+{
+    const int err = errno, replacing = d->tmp != NULL;
+    lz_durable_abort(d);
+    return lz_errorf_int("%s: %s: write failed: %s%s", fn, path, strerror(err),
+                         replacing ? " (the file is as it was)" : "");
+}

@@ -29,6 +29,10 @@ int  lz_durable_open(lz_durable *d, const char *fn, const char *path);
 int  lz_durable_commit(lz_durable *d, const char *fn, const char *path);
 /* Closes and removes the temporary file (after a failed write). */
 void lz_durable_abort(lz_durable *d);
+/* After a write to d->f failed (errno still its): aborts, and returns -1
+   with the error "fn: path: write failed: strerror", saying the target is
+   as it was where it was being replaced. */
+int  lz_durable_write_failed(lz_durable *d, const char *fn, const char *path);
 /* Removes "<path>.tmp<pid>" files whose process is gone; returns how many. */
 int  lz_durable_remove_stale(const char *path);
 

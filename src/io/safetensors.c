@@ -632,14 +632,9 @@ int lz_safetensors_save_meta(const char *path, const lz_params *p, int n_meta,
         }
         ok = fwrite(data, 1, nb, out.f) == nb;
     }
-    if (!ok) {
-        int err = errno, replacing = out.tmp != NULL;
-        lz_durable_abort(&out);
-        if (!rc) rc = lz_errorf_int("%s: %s: write failed: %s%s", fn, pname, strerror(err),
-                                    replacing ? " (the file is as it was)" : "");
-    } else {
-        rc = lz_durable_commit(&out, fn, path);
-    }
+    if (!ok && rc) lz_durable_abort(&out);   /* rc: the tensor's error, kept */
+    else if (!ok) rc = lz_durable_write_failed(&out, fn, pname);
+    else rc = lz_durable_commit(&out, fn, path);
 done:
     free(h.s);
     free(data);

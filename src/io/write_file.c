@@ -1,7 +1,4 @@
 /* lz_write_file: a whole buffer written durably (base/durable.h). */
-#include <errno.h>
-#include <string.h>
-
 #include "lazyc.h"
 #include "base/durable.h"
 #include "base/error.h"
@@ -13,12 +10,6 @@ int lz_write_file(const char *path, const void *data, size_t nbytes)
     if (!data && nbytes) return lz_errorf_int("%s: %s: data is NULL", fn, path);
     lz_durable d;
     if (lz_durable_open(&d, fn, path) != 0) return -1;
-    if (nbytes && fwrite(data, 1, nbytes, d.f) != nbytes) {
-        int err = errno;
-        int replacing = d.tmp != NULL;
-        lz_durable_abort(&d);
-        return lz_errorf_int("%s: %s: write failed: %s%s", fn, path, strerror(err),
-                             replacing ? " (the file is as it was)" : "");
-    }
+    if (nbytes && fwrite(data, 1, nbytes, d.f) != nbytes) return lz_durable_write_failed(&d, fn, path);
     return lz_durable_commit(&d, fn, path);
 }
