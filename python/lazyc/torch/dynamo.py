@@ -28,28 +28,25 @@ class _Compiled:
     def __call__(self, args):
         args = list(args)
         handles = [_to_lazyc(a) if isinstance(a, torch.Tensor) else a for a in args]
-        lib.lz_scope_begin()
-        self.consts.in_scope = True
         try:
-            outs = lower.run_graph(self.gm, handles, self.consts)
-            live = [h for h in outs if isinstance(h, lower.Handle)]
-            if live and lib.lz_sync((ctypes.c_void_p * len(live))(*live), len(live), 1) != 0:
-                raise error("lazyc torch.compile backend: running the graph")   # all outputs: one graph
-            results = []
-            for node, h in zip(self.outs, outs):
-                if h is None or not isinstance(node, torch.fx.Node):
-                    results.append(h)
-                    continue
-                val = node.meta["val"]
-                if val.dtype not in _DTYPES:
-                    raise lower.Unsupported("an output of dtype %s" % val.dtype)
-                t = torch.empty(tuple(val.shape), dtype=val.dtype)
-                if lib.lz_to_host(h, ctypes.c_void_p(t.data_ptr()), t.numel() * t.element_size()) != 0:
-                    raise error("lazyc torch.compile backend: reading an output")
-                results.append(t)
+            with self.consts.scope():
+                outs = lower.run_graph(self.gm, handles, self.consts)
+                live = [h for h in outs if isinstance(h, lower.Handle)]
+                if live and lib.lz_sync((ctypes.c_void_p * len(live))(*live), len(live), 1) != 0:
+                    raise error("lazyc torch.compile backend: running the graph")   # all outputs: one graph
+                results = []
+                for node, h in zip(self.outs, outs):
+                    if h is None or not isinstance(node, torch.fx.Node):
+                        results.append(h)
+                        continue
+                    val = node.meta["val"]
+                    if val.dtype not in _DTYPES:
+                        raise lower.Unsupported("an output of dtype %s" % val.dtype)
+                    t = torch.empty(tuple(val.shape), dtype=val.dtype)
+                    if lib.lz_to_host(h, ctypes.c_void_p(t.data_ptr()), t.numel() * t.element_size()) != 0:
+                        raise error("lazyc torch.compile backend: reading an output")
+                    results.append(t)
         finally:
-            self.consts.in_scope = False
-            lib.lz_scope_end()
             for a, h in zip(args, handles):
                 if isinstance(a, torch.Tensor):
                     lib.lz_free(h)

@@ -7,6 +7,7 @@ view, reshape, unsqueeze or flatten is one lz_reshape to the recorded shape.
 Running the lowering records lazy IR; inside lz_capture it is traced once and
 replayed without Python. An op with no lowering raises Unsupported naming it.
 """
+import contextlib
 import ctypes
 import math
 import operator
@@ -54,6 +55,19 @@ class Constants:
         # no scope), so the scope's end frees only the creation handle and
         # the constant lives on for later calls
         self.in_scope = False
+
+    @contextlib.contextmanager
+    def scope(self):
+        """An lz scope around a run of the lowered graph: the tensors made
+        in it are freed at its end (but those lz_keep keeps), and the
+        constants made in it stay alive for later calls."""
+        lib.lz_scope_begin()
+        self.in_scope = True
+        try:
+            yield
+        finally:
+            self.in_scope = False
+            lib.lz_scope_end()
 
     def _own(self, h):
         if self.in_scope:

@@ -190,17 +190,12 @@ class TrainStep:
             for o in self.opts:
                 o.zero_grad()
             self._pending = {}
-            lib.lz_scope_begin()
-            self.consts.in_scope = True
-            try:
+            with self.consts.scope():
                 loss = lower.run_graph(self.gm, self.handles + [ins[0], ins[1]], self.consts,
                                        self._on_buffer_update)
                 if isinstance(loss, (list, tuple)):
                     loss = loss[0]
                 lib.lz_keep(loss)
-            finally:
-                self.consts.in_scope = False
-                lib.lz_scope_end()
             if lib.lz_backward(loss) != 0:
                 raise error("lazyc.torch: backward")
             for o in self.opts:
