@@ -183,10 +183,9 @@ size_t lz_pool_cached_bytes(void)
     return n;
 }
 
-/* A write per page, not madvise(MADV_POPULATE_WRITE): that holds the
-   address-space lock for a whole chunk, and the thread this one waits for
-   (oneDNN making its JIT kernels) maps and protects pages all the while:
-   it was slowed down so much that the whole arena was faulted in first. */
+/* A write a page: madvise(MADV_POPULATE_WRITE) would hold the address
+   space's lock for a whole range, and the thread whose work this fills
+   the wait for (oneDNN's JIT) needs that lock to map its code. */
 void lz_pool_fault_in(void *p, size_t nbytes, const atomic_int *stop)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk = (size_t)256 << 10;
