@@ -248,26 +248,17 @@ static int sigmoid_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_te
     return gin[0] ? 0 : -1;
 }
 
-/* (x, g) -> op: one fused node instead of a mask and a product. */
-static int xg_backward(lz_op op, const lz_ag *ag, lz_tensor *g, lz_tensor **gin)
-{
-    lz_tensor *x = ag->in[0];
-    if (!lz_needs_grad(x)) return 0;
-    lz_tensor *in[2] = {x, g};
-    gin[0] = lz_record(op, LZ_F32, lz_t_ndim(x), lz_t_shape(x), 2, in, NULL);
-    return gin[0] ? 0 : -1;
-}
-
+/* (x, g) -> one fused step instead of a mask and a product. */
 static int relu_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
 {
     (void)out;
-    return xg_backward(LZ_OP_RELU_GRAD, ag, g, gin);
+    return lz_grad_of_x_g(LZ_OP_RELU_GRAD, ag, g, gin, NULL);
 }
 
 static int gelu_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
 {
     (void)out;
-    return xg_backward(LZ_OP_GELU_GRAD, ag, g, gin);
+    return lz_grad_of_x_g(LZ_OP_GELU_GRAD, ag, g, gin, NULL);
 }
 
 lz_tensor *lz_neg(lz_tensor *x)

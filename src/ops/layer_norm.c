@@ -14,11 +14,7 @@
 static int layer_norm_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
 {
     (void)out;
-    lz_tensor *x = ag->in[0];
-    if (!lz_needs_grad(x)) return 0;
-    lz_tensor *in[2] = {x, gout};
-    gin[0] = lz_record(LZ_OP_LAYER_NORM_GRAD, LZ_F32, lz_t_ndim(x), lz_t_shape(x), 2, in, &ag->attrs);
-    return gin[0] ? 0 : -1;
+    return lz_grad_of_x_g(LZ_OP_LAYER_NORM_GRAD, ag, gout, gin, &ag->attrs);
 }
 
 static int check_affine(const char *what, lz_tensor *p, lz_tensor *x, int n_axes)

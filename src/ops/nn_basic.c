@@ -109,11 +109,7 @@ lz_tensor *lz_embedding(lz_tensor *weight, lz_tensor *indices)
 static int hardtanh_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
 {
     (void)out;
-    lz_tensor *x = ag->in[0];
-    if (!lz_needs_grad(x)) return 0;
-    lz_tensor *in[2] = {x, gout};
-    gin[0] = lz_record(LZ_OP_HARDTANH_GRAD, LZ_F32, lz_t_ndim(x), lz_t_shape(x), 2, in, &ag->attrs);
-    return gin[0] ? 0 : -1;
+    return lz_grad_of_x_g(LZ_OP_HARDTANH_GRAD, ag, gout, gin, &ag->attrs);
 }
 
 static lz_tensor *hardtanh(const char *name, lz_tensor *x, float min_val, float max_val)

@@ -1,5 +1,6 @@
 #include "ops/ops_util.h"
 
+#include "autograd/autograd.h"
 #include "base/error.h"
 
 int64_t lz_shape_numel(int ndim, const int64_t *shape)
@@ -39,6 +40,15 @@ lz_tensor *lz_same_value(lz_tensor *g)
 {
     lz_node_ref(g->node);
     return lz_tensor_wrap(g->node);
+}
+
+int lz_grad_of_x_g(lz_op op, const lz_ag *ag, lz_tensor *g, lz_tensor **gin, const lz_attrs *attrs)
+{
+    lz_tensor *x = ag->in[0];
+    if (!lz_needs_grad(x)) return 0;
+    lz_tensor *in[2] = {x, g};
+    gin[0] = lz_record(op, LZ_F32, lz_t_ndim(x), lz_t_shape(x), 2, in, attrs);
+    return gin[0] ? 0 : -1;
 }
 
 lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like)

@@ -10,6 +10,13 @@
    share g itself, and a gradient must be a tensor of its own. */
 lz_tensor *lz_same_value(lz_tensor *g);
 
+struct lz_ag;
+/* The backward of a one-input op whose gradient is one step, op(x, g)
+   with x's shape (relu, gelu, hardtanh, layer norm): gin[0] unless x
+   needs no gradient; attrs: the step's attributes (NULL: none). */
+int lz_grad_of_x_g(lz_op op, const struct lz_ag *ag, lz_tensor *g, lz_tensor **gin,
+                   const lz_attrs *attrs);
+
 /* numpy broadcast of two shapes; on mismatch sets "op: shapes [..] and [..]
    cannot broadcast" and returns -1. */
 int lz_broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb,
