@@ -13,6 +13,9 @@ models over a batch of 2) only the margin applies; the line counts them. Prints 
 failure, 77 without torch.
 
     autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...]
+
+A model given as NAME@SIDExBATCH runs on images of that side and batch
+(model_parity.py's shape cases), with weights seeded by the whole name.
 """
 import argparse
 import os
@@ -76,7 +79,7 @@ def check(name, lazyc, tmp):
               f"compared with float64 alone", flush=True)
         tac = {k: None for k in ref}
         tac["loss"] = float("nan")
-    r = subprocess.run([lazyc, "grads", "--model", name, "--size", "smoke", "--weights", w,
+    r = subprocess.run([lazyc, "grads", "--model", name.split("@")[0], "--size", "smoke", "--weights", w,
                         "--inputs", i, "--out", g, "--dtype", "bf16"],
                        capture_output=True, text=True)
     if r.returncode != 0:
