@@ -5,9 +5,13 @@
 # models are the quick ones whose products cover linear, attention and
 # convolution without batch norm (vgg16: also the 3x3 layers autocast keeps
 # float32 on an AVX512_BF16 CPU); the ten were measured once (figures in
-# docs/benchmark.md, autocast, with why squeezenet1_1 is not among them). Skipped without PyTorch except under CI=true.
+# docs/benchmark.md, autocast, with why squeezenet1_1 is not among them).
+# With --eval (ctest test_autocast_parity_eval) the batch-norm models that
+# meet the criteria in eval mode: in train mode over a batch of 2 they are
+# not measurable, PyTorch's own autocast gradients included (same page).
+# Skipped without PyTorch except under CI=true.
 #
-#   test_autocast_parity.sh BUILD_DIR [MODEL,MODEL,...]
+#   test_autocast_parity.sh BUILD_DIR [MODEL,MODEL,...] [--eval]
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: test_autocast_parity.sh BUILD_DIR [MODELS]}"
@@ -21,4 +25,4 @@ if ! "$py" -c 'import torch, torchvision' >/dev/null 2>&1; then
     exit 77
 fi
 exec "$py" "$here/reference/autocast_parity.py" --lazyc "$build/lazyc" \
-    --models "${2:-BERT_pytorch,timm_vision_transformer,alexnet,vgg16}"
+    --models "${2:-BERT_pytorch,timm_vision_transformer,alexnet,vgg16}" ${3:+"$3"}

@@ -15,7 +15,7 @@ static void grads_usage(FILE *f)
 {
     fprintf(f, "usage: lazyc grads --model NAME [--size smoke|bench] [--weights W.safetensors]\n"
                "                   --inputs I.safetensors --out G.safetensors [--seed N]\n"
-               "                   [--dtype f32|bf16]\n\n"
+               "                   [--dtype f32|bf16] [--eval]\n\n"
                "Loads the weights (every parameter and buffer by its PyTorch state_dict\n"
                "name; without --weights the model keeps its initialisation from --seed),\n"
                "reads the batch x and y from the inputs file, runs one forward and backward\n"
@@ -23,7 +23,9 @@ static void grads_usage(FILE *f)
                "gradient of every parameter, under the parameter's own name, to --out.\n"
                "A parameter the loss does not reach gets a zero gradient (PyTorch: None).\n"
                "--dtype bf16: the forward and loss under lz_autocast_begin(LZ_BF16), as\n"
-               "PyTorch's torch.autocast(\"cpu\", bfloat16); gradients are f32 either way.\n\n"
+               "PyTorch's torch.autocast(\"cpu\", bfloat16); gradients are f32 either way.\n"
+               "--eval: the pass in eval mode instead (batch norm on the running statistics\n"
+               "of the weights file, as PyTorch's model.eval()).\n\n"
                "Exit status: 0 on success, 2 on a bad argument or file, 1 if the run failed.\n");
 }
 
@@ -87,6 +89,7 @@ int lz_cmd_grads(int argc, char **argv)
     const char *model = NULL, *size = "smoke", *weights = NULL, *inputs = NULL, *out = NULL;
     const char *dtype = "f32";
     long seed = 0;
+    int training = 1;
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
         if (lz_cli_is_help(opt)) {
@@ -100,6 +103,10 @@ int lz_cmd_grads(int argc, char **argv)
                            : strcmp(opt, "--out") == 0     ? &out
                            : strcmp(opt, "--dtype") == 0   ? &dtype
                                                            : NULL;
+        if (strcmp(opt, "--eval") == 0) {
+            training = 0;
+            continue;
+        }
         if (strcmp(opt, "--seed") == 0) {
             if (lz_cli_int("--seed", i + 1 < argc ? argv[++i] : NULL, 0, 2147483647L, &seed) != 0)
                 return LZ_CLI_USAGE_ERROR;
@@ -153,7 +160,7 @@ int lz_cmd_grads(int argc, char **argv)
 
     lz_model_set_dropout(m, 0);
     if (bf16) lz_autocast_begin(LZ_BF16);
-    loss = lz_model_loss(m, x, y, 1);
+    loss = lz_model_loss(m, x, y, training);
     if (bf16) lz_autocast_end();
     if (!loss) {
         /* shapes are checked when ops are recorded: a batch the model

@@ -12,10 +12,12 @@ rounding). Where PyTorch autocast's own cosine is below COS_MIN (batch-norm
 models over a batch of 2) only the margin applies; the line counts them. Prints one line per model and the worst tensor; exit 1 on a
 failure, 77 without torch.
 
-    autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...]
+    autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...] [--eval]
 
 A model given as NAME@SIDExBATCH runs on images of that side and batch
 (model_parity.py's shape cases), with weights seeded by the whole name.
+--eval compares the pass in eval mode (batch norm on the running
+statistics) on both sides.
 """
 import argparse
 import os
@@ -64,14 +66,14 @@ def cosine(a, b):
     return float((a @ b) / (na * nb))
 
 
-def check(name, lazyc, tmp):
+def check(name, lazyc, tmp, train):
     model, x, y = make_case(name)
     w, i, g = (os.path.join(tmp, f) for f in ("w.safetensors", "i.safetensors", "g.safetensors"))
     save_file({k: as_f32(v) for k, v in model.state_dict().items()}, w)
     save_file({"x": x, "y": y}, i)
-    ref = grads_of(bert_ref.disable_dropout(make_case(name)[0].double()).train(), x, y, False)
+    ref = grads_of(bert_ref.disable_dropout(make_case(name)[0].double()).train(train), x, y, False)
     try:
-        tac = grads_of(bert_ref.disable_dropout(make_case(name)[0]).train(), x, y, True)
+        tac = grads_of(bert_ref.disable_dropout(make_case(name)[0]).train(train), x, y, True)
     except RuntimeError as e:
         # torch 1.13 has no bf16 backward for some ops (mobilenet_v2's
         # hardtanh): float64 alone is the reference then, said so
@@ -80,7 +82,7 @@ def check(name, lazyc, tmp):
         tac = {k: None for k in ref}
         tac["loss"] = float("nan")
     r = subprocess.run([lazyc, "grads", "--model", name.split("@")[0], "--size", "smoke", "--weights", w,
-                        "--inputs", i, "--out", g, "--dtype", "bf16"],
+                        "--inputs", i, "--out", g, "--dtype", "bf16"] + ([] if train else ["--eval"]),
                        capture_output=True, text=True)
     if r.returncode != 0:
         return False, f"{name}: lazyc grads exited {r.returncode}: {r.stderr[-500:]}"
@@ -93,6 +95,7 @@ def check(name, lazyc, tmp):
         fails.append(f"loss {loss:.6f} vs float64 {ref['loss']:.6f} ({lerr:.1e} > {LOSS_TOL})")
     scale = max(float(v.abs().max()) for k, v in ref.items() if k != "loss" and v is not None)
     worst, worst_t, n, below = (2.0, "", 0), 2.0, 0, 0
+    short = (-2.0, "")   # the most lazyc's cosine falls below PyTorch autocast's
     for k, v in ref.items():
         if k == "loss" or v is None or float(v.abs().max()) < 1e-6 * scale:
             continue
@@ -100,6 +103,8 @@ def check(name, lazyc, tmp):
         c = cosine(got[k].double().flatten(), v)
         ct = cosine(tac[k], v) if tac[k] is not None else 1.0   # none: COS_MIN applies
         worst_t = min(worst_t, ct)
+        if tac[k] is not None and ct - c > short[0]:
+            short = (ct - c, k)
         if c < worst[0]:
             worst = (c, k, ct)
         # below COS_MIN passes only where PyTorch autocast is below it too
@@ -109,9 +114,10 @@ def check(name, lazyc, tmp):
             below += 1
         if not ((c >= COS_MIN or ct < COS_MIN) and c >= ct - COS_MARGIN):
             fails.append(f"{k}: cosine {c:.5f} (torch autocast {ct:.5f})")
-    line = (f"{name}: loss rel err {lerr:.1e} (torch autocast {terr:.1e}); {n} gradients, "
+    line = (f"{name}{'' if train else ' (eval)'}: loss rel err {lerr:.1e} (torch autocast {terr:.1e}); {n} gradients, "
             f"worst cosine {worst[0]:.5f} on {worst[1]} (torch autocast there {worst[2]:.5f}, "
-            f"its worst {worst_t:.5f}); {below} below {COS_MIN} in both")
+            f"its worst {worst_t:.5f}); {below} below {COS_MIN} in both"
+            + (f"; most below torch autocast: {short[0]:.5f} on {short[1]}" if short[1] else ""))
     if fails:
         line += "\n  FAILED: " + "; ".join(fails[:6])
     return not fails, line
@@ -121,12 +127,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lazyc", required=True)
     ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--eval", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(2)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            good, line = check(name, args.lazyc, tmp)
+            good, line = check(name, args.lazyc, tmp, not args.eval)
             print(line, flush=True)
             ok &= good
     print(f"autocast parity: {'passed' if ok else 'FAILED'} (loss within {LOSS_TOL} of float64, "
