@@ -73,6 +73,7 @@
 #include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/conv_choices.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/weight_unblock.h"
 #include "base/bf16.h"
 #include "base/metrics.h"
 #include "base/op.h"
@@ -135,6 +136,8 @@ typedef struct dnnl_conv {
     int winograd;                  /* prim runs Winograd's algorithm */
     int engine;                    /* holds a reference on the engine */
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
+    int unblock;                   /* the weight gradient's block: weight_unblock.c, not reorder[2] */
+    int64_t wdims[3];              /* O, I, taps: the weight, for unblock */
     dnnl_memory_t plain[3], inner[3], scratchpad;
     size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the step's scratch */
     int arg[3], value[3];
@@ -264,9 +267,10 @@ static dnnl_primitive_desc_t make_pd(lz_op op, dnnl_alg_kind_t alg, const dnnl_m
 }
 
 /* Builds operand k: plain memory, and when the primitive wants another
-   layout, its own memory and the reorder between them. */
+   layout, its own memory and the reorder between them (for a weight
+   gradient weight_unblock.c's where it fits). */
 static int make_operand(dnnl_conv *c, int k, const dnnl_memory_desc_t *plain,
-                        const dnnl_memory_desc_t *inner)
+                        const dnnl_memory_desc_t *inner, int weight_grad)
 {
     if (dnnl_memory_create(&c->plain[k], plain, engine, DNNL_MEMORY_NONE) != dnnl_success) {
         c->plain[k] = NULL;
@@ -282,6 +286,14 @@ static int make_operand(dnnl_conv *c, int k, const dnnl_memory_desc_t *plain,
     }
     c->offset[k] = c->bytes;
     c->bytes += align64(dnnl_memory_desc_get_size(inner));
+    c->unblock = weight_grad && plain->ndims == 4 && plain->data_type == dnnl_f32
+                     ? lz_cpu_unblock_fits(inner) : 0;
+    if (c->unblock) {
+        c->wdims[0] = plain->dims[0];
+        c->wdims[1] = plain->dims[1];
+        c->wdims[2] = plain->dims[2] * plain->dims[3];
+        return 0;
+    }
     dnnl_primitive_desc_t rpd;
     const dnnl_memory_desc_t *from = k < 2 ? plain : inner, *to = k < 2 ? inner : plain;
     if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success)
@@ -502,7 +514,7 @@ static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
     c->value[2] = s->out;
     for (int k = 0; k < 3 && !bad; k++) {
         const dnnl_memory_desc_t *inner = dnnl_primitive_desc_query_md(pd, q[k], 0);
-        bad = !inner || make_operand(c, k, plain[k], inner);
+        bad = !inner || make_operand(c, k, plain[k], inner, k == 2 && op == LZ_OP_CONV2D_GRAD_WEIGHT);
     }
     if (!bad) {
         const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -595,6 +607,9 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
     }
     if (!bad && c->reorder[2]) bad = reorder(c->reorder[2], c->inner[2], c->plain[2]);
     if (!bad) bad = dnnl_stream_wait(stream) != dnnl_success;
+    if (!bad && c->unblock)
+        lz_cpu_weight_unblock((const float *)(block + c->offset[2]), ptrs[c->value[2]], c->wdims[0],
+                              c->wdims[1], c->wdims[2], c->unblock);
     return bad ? "lz_conv2d: a oneDNN primitive failed" : NULL;
 }
 
