@@ -530,11 +530,30 @@ typedef struct lz_profile_entry {
     int64_t calls;           /* kernels run */
     double ms;               /* their total time */
 } lz_profile_entry;
+/* on: 0 off, 1 by op, 2 by op and by step shape (lz_profile_read_steps). */
 LZ_API void lz_profile_enable(int on);
 LZ_API void lz_profile_reset(void);
 /* Copies up to max entries, the slowest first, into out; returns how many
    (op, library) pairs ran since the last reset. */
 LZ_API int  lz_profile_read(lz_profile_entry *out, int max);
+/* The same times by step shape (lz_profile_enable(2)): one entry per op,
+   library and operands, where operands reads like
+   "bf16[8,64,32,32]/16 bf16[256,64,1,1] -> f32[8,256,32,32]/16": each
+   input's dtype and shape, /b for a channel-blocked one, then the result
+   (text past its size is cut). flops: what one call computes, 2 x the
+   multiply-adds of a convolution (either direction) or matmul, 0 for other
+   ops. Copies up to max entries, the slowest first; returns how many there
+   are (-1 with an error set when out of memory). */
+#define LZ_PROFILE_OPERANDS 160
+typedef struct lz_profile_step_entry {
+    const char *op;
+    int library;
+    char operands[LZ_PROFILE_OPERANDS];
+    int64_t calls;
+    double ms;
+    double flops;
+} lz_profile_step_entry;
+LZ_API int  lz_profile_read_steps(lz_profile_step_entry *out, int max);
 
 /* ---- settings: the LZ_* environment variables ------------------------ */
 

@@ -22,7 +22,8 @@ typedef struct bench_opts {
     long steps, warmup;
     const char *out_dir;
     int json;
-    int profile;                  /* print the captured steps' kernel time by op */
+    int profile;                  /* print the captured steps' kernel time by op; 2: by
+                                     step shape too */
     int bf16;                     /* --dtype bf16: steps under autocast (lazyc and torch) */
 } bench_opts;
 

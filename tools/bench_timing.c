@@ -223,7 +223,7 @@ static void timed_step(inst *b, const char *name, bench_row *row, long rep, long
 {
     int64_t before = bytes_now();     /* also zeroes the counters */
     double ms = 0;
-    lz_profile_enable(profile && b->mode == BENCH_CAPTURED);
+    lz_profile_enable(b->mode == BENCH_CAPTURED ? profile : 0);
     int rc = run_step(b, &ms);
     lz_profile_enable(0);
     if (rc != 0) {
@@ -297,6 +297,25 @@ static void print_profile(const char *name, long steps)
                 total > 0 ? 100.0 * e[i].ms / total : 0.0);
 }
 
+/* --profile-steps: the slowest step shapes, with the rate a product ran at. */
+static void print_profile_steps(const char *name, long steps)
+{
+    enum { TOP = 25 };
+    lz_profile_step_entry e[TOP];
+    const int n = lz_profile_read_steps(e, TOP);
+    const double per = 1.0 / (double)(steps > 0 ? steps : 1);
+    fprintf(stderr, "  %s captured: the %d slowest of %d step shapes (GFLOP/s: products only)\n",
+            name, n < TOP ? n : TOP, n);
+    for (int i = 0; i < n && i < TOP; i++) {
+        char rate[16] = "";
+        if (e[i].flops > 0 && e[i].ms > 0)
+            snprintf(rate, sizeof rate, "%7.1f", e[i].flops * (double)e[i].calls / e[i].ms * 1e-6);
+        fprintf(stderr, "    %8.2f ms/step %5.1f calls/step %7s  %-20s %-6s %s\n", e[i].ms * per,
+                (double)e[i].calls * per, rate, e[i].op, e[i].library ? "oneDNN" : "lazyc",
+                e[i].operands);
+    }
+}
+
 int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_model_spec *spec)
 {
     /* captured first: see the file comment on memory */
@@ -361,6 +380,8 @@ int bench_time_model(const char *name, const bench_opts *o, bench_row *row, lz_m
         }
     if (o->profile && rc == 0 && !insts[BENCH_CAPTURED].failed)
         print_profile(name, insts[BENCH_CAPTURED].n_ms);
+    if (o->profile == 2 && rc == 0 && !insts[BENCH_CAPTURED].failed)
+        print_profile_steps(name, insts[BENCH_CAPTURED].n_ms);
     for (int md = 0; md < N_LZ_MODES; md++) {
         insts_failed[md] = insts[md].failed;
         if (rc == 0) {

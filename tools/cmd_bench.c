@@ -27,7 +27,7 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: lazyc bench [--size smoke|bench] [--models a,b,...]\n"
             "                   [--modes eager,lazy,captured,torch] [--steps N] [--warmup N]\n"
-            "                   [--out DIR] [--json] [--profile] [--dtype f32|bf16]\n\n"
+            "                   [--out DIR] [--json] [--profile[-steps]] [--dtype f32|bf16]\n\n"
             "Times one training step (forward, cross-entropy, backward, SGD lr 0.01\n"
             "momentum 0.9) of each model in lazyc's eager, lazy and captured modes and\n"
             "in PyTorch eager (when /usr/bin/python3 has torch and torchvision), in the\n"
@@ -47,6 +47,8 @@ static void bench_usage(FILE *f)
             "               bfloat16); %% peak is then of a bf16 GEMM measured in this run\n"
             "  --profile    after each model, the captured mode's kernel time by op\n"
             "               (lz_profile_read) on stderr\n"
+            "  --profile-steps  --profile, then the 25 slowest step shapes: ms a step,\n"
+            "               GFLOP/s of a product, op and operands (lz_profile_read_steps)\n"
             "  --json       print the results as one JSON object on stdout (the table\n"
             "               then goes to stderr)\n\n"
             "models:");
@@ -160,8 +162,9 @@ int lz_cmd_bench(int argc, char **argv)
         } else if (strcmp(a, "--json") == 0) {
             o.json = 1;
             continue;
-        } else if (strcmp(a, "--profile") == 0) {
-            o.profile = 1;
+        } else if (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-steps") == 0) {
+            const int level = strcmp(a, "--profile") == 0 ? 1 : 2;
+            o.profile = level > o.profile ? level : o.profile;
             continue;
         }
         if (strcmp(a, "--size") && strcmp(a, "--models") && strcmp(a, "--modes") &&

@@ -96,6 +96,13 @@ static inline int lz_memory_of(const lz_program *p, int v)
     return p->values[v].kind == LZ_VALUE_VIEW ? p->values[v].view_of : v;
 }
 
+/* Step s in words for the profile by step shape (describe.c): its inputs'
+   and result's dtypes and shapes into buf, as lz_profile_step_entry's
+   operands; and the flops one run computes (a convolution in either
+   direction, a matmul; 0 for other ops). */
+void   lz_instr_operands(const lz_program *p, const lz_instr *s, char *buf, size_t n);
+double lz_instr_flops(const lz_program *p, const lz_instr *s);
+
 /* Frees the program's steps and tables (program.c). */
 void lz_program_free(lz_program *p);
 /* Takes the steps i with drop[i] set out of the schedule, in order, and

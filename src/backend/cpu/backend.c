@@ -150,7 +150,15 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
             lz_comm_abandon(err);
             return err;
         }
-        if (timed) lz_profile_add(p->steps[i].op, cs->library, lz_now_ms() - t0);
+        if (timed) {
+            const double ms = lz_now_ms() - t0;
+            lz_profile_add(s->op, cs->library, ms);
+            if (lz_profile_steps_on()) {
+                char text[LZ_PROFILE_OPERANDS];
+                lz_instr_operands(p, s, text, sizeof text);
+                lz_profile_add_step(s->op, cs->library, text, lz_instr_flops(p, s), ms);
+            }
+        }
     }
     return NULL;
 }
