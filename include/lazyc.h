@@ -542,8 +542,9 @@ LZ_API int  lz_profile_read(lz_profile_entry *out, int max);
    input's dtype and shape, /b for a channel-blocked one, then the result
    (text past its size is cut). flops: what one call computes, 2 x the
    multiply-adds of a convolution (either direction) or matmul, 0 for other
-   ops. Copies up to max entries, the slowest first; returns how many there
-   are (-1 with an error set when out of memory). */
+   ops. It keeps 1024 shapes; later ones count under "(other shapes)" of
+   their op and library. Copies up to max entries, the slowest first;
+   returns how many there are (-1 with an error set when out of memory). */
 #define LZ_PROFILE_OPERANDS 160
 typedef struct lz_profile_step_entry {
     const char *op;
