@@ -187,32 +187,82 @@ static void dw_grad_input(const geom *g, const float *gy, const float *w, float 
     }
 }
 
-static void dw_grad_weight(const geom *g, const float *x, const float *gy, float *dw)
+/* The taps [lo, hi) of a window axis whose input (out * stride - pad +
+   tap * dilation) falls inside [0, n). */
+static void valid_taps(int64_t out, int64_t stride, int64_t pad, int64_t dil, int64_t taps,
+                       int64_t n, int64_t *lo, int64_t *hi)
 {
-    const int64_t KK = g->KH * g->KW;
-    #pragma omp parallel for schedule(static) if (g->N * g->O * g->P * KK > PAR_MIN)
-    for (int64_t o = 0; o < g->O; o++) {
-        int64_t c = o / g->Og;
-        for (int64_t kh = 0; kh < g->KH; kh++)
-            for (int64_t kw = 0; kw < g->KW; kw++) {
-                int64_t off = kw * g->dw - g->pw, lo, hi;
-                valid_cols(g, off, &lo, &hi);
-                double acc = 0;   /* N*OH rows of partial sums: keep f32 error per row */
-                for (int64_t n = 0; n < g->N; n++) {
-                    const float *xp = x + (n * g->C + c) * g->H * g->W;
-                    const float *gp = gy + (n * g->O + o) * g->P;
-                    for (int64_t oh = 0; oh < g->OH; oh++) {
-                        int64_t ih = oh * g->sh - g->ph + kh * g->dh;
-                        if (ih < 0 || ih >= g->H) continue;
-                        const float *src = xp + ih * g->W + off, *gr = gp + oh * g->OW;
-                        float row = 0;
-                        for (int64_t ow = lo; ow < hi; ow++) row += gr[ow] * src[ow * g->sw];
-                        acc += row;
+    const int64_t base = out * stride - pad;
+    int64_t a = 0, b = taps;
+    while (a < b && base + a * dil < 0) a++;
+    while (b > a && base + (b - 1) * dil >= n) b--;
+    *lo = a;
+    *hi = b;
+}
+
+/* dw[o][kh][kw] = sum over images and output pixels of gy * x at the tap.
+   Each tap's sum is a float sum along an output row (the pixels whose
+   input is inside the image), added into a double row by row in (image,
+   row) order. DW_LANES output channels go at once: a block's planes of an
+   image are copied channel-minor first, so each multiply-add is one vector
+   over the block's channels, and a tap's row sum stays in registers. One
+   channel at a time (lazyc's kernel before 2026-12-04) the loops paid per
+   row and tap, and a row of a deep layer's 4x4 plane is 4 pixels:
+   mnasnet1_0's 5x5 weight gradients ran at 3-9 GFLOP/s, now 12-23
+   (docs/performance.md, "Depthwise weight gradients"). The sums and their
+   order are the same, so are the bits. */
+#define DW_LANES 8
+static const char *dw_grad_weight(const geom *g, const float *x, const float *gy, float *dw)
+{
+    const int64_t KK = g->KH * g->KW, HW = g->H * g->W, blocks = (g->O + DW_LANES - 1) / DW_LANES;
+    const size_t floats = (size_t)((HW + g->P) * DW_LANES);
+    int oom = 0;
+    #pragma omp parallel if (g->N * g->O * g->P * KK > PAR_MIN) reduction(|:oom)
+    {
+        /* acc (doubles) first, then the copies of x and gy */
+        double *acc = lz_cpu_scratch(LZ_SCRATCH_PARTIALS,
+                                     sizeof(double) * (size_t)(KK * DW_LANES) + sizeof(float) * floats);
+        float *xt = acc ? (float *)(acc + KK * DW_LANES) : NULL;
+        float *gt = acc ? xt + HW * DW_LANES : NULL;
+        oom = !acc;
+        #pragma omp for schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            const int64_t o0 = b * DW_LANES, L = g->O - o0 < DW_LANES ? g->O - o0 : DW_LANES;
+            if (oom) continue;
+            for (int64_t t = 0; t < KK * DW_LANES; t++) acc[t] = 0;
+            for (int64_t n = 0; n < g->N; n++) {
+                for (int64_t l = 0; l < DW_LANES; l++) {
+                    const float *xs = x + (n * g->C + (o0 + (l < L ? l : 0)) / g->Og) * HW;
+                    const float *gs = gy + (n * g->O + o0 + (l < L ? l : 0)) * g->P;
+                    for (int64_t q = 0; q < HW; q++) xt[q * DW_LANES + l] = xs[q];
+                    for (int64_t q = 0; q < g->P; q++) gt[q * DW_LANES + l] = gs[q];
+                }
+                for (int64_t oh = 0; oh < g->OH; oh++) {
+                    int64_t kh0, kh1;
+                    valid_taps(oh, g->sh, g->ph, g->dh, g->KH, g->H, &kh0, &kh1);
+                    const float *grow = gt + oh * g->OW * DW_LANES;
+                    for (int64_t kh = kh0; kh < kh1; kh++) {
+                        const float *xrow = xt + (oh * g->sh - g->ph + kh * g->dh) * g->W * DW_LANES;
+                        for (int64_t kw = 0; kw < g->KW; kw++) {
+                            int64_t off = kw * g->dw - g->pw, lo, hi;
+                            valid_cols(g, off, &lo, &hi);
+                            float r[DW_LANES] = {0};
+                            for (int64_t ow = lo; ow < hi; ow++) {
+                                const float *gv = grow + ow * DW_LANES;
+                                const float *xv = xrow + (ow * g->sw + off) * DW_LANES;
+                                for (int l = 0; l < DW_LANES; l++) r[l] += gv[l] * xv[l];
+                            }
+                            double *a = acc + (kh * g->KW + kw) * DW_LANES;
+                            for (int l = 0; l < DW_LANES; l++) a[l] += r[l];
+                        }
                     }
                 }
-                dw[o * KK + kh * g->KW + kw] = (float)acc;
             }
+            for (int64_t l = 0; l < L; l++)
+                for (int64_t t = 0; t < KK; t++) dw[(o0 + l) * KK + t] = (float)acc[t * DW_LANES + l];
+        }
     }
+    return oom ? "lz_conv2d (grad weight): out of memory for a depthwise step's copies" : NULL;
 }
 
 /* ---- im2col + sgemm ------------------------------------------------------ */
@@ -439,10 +489,7 @@ static const char *conv2d_grad_weight(const lz_program *p, const lz_instr *s, vo
         memset(dw, 0, vw->nbytes);
         return NULL;
     }
-    if (g.Cg == 1 && g.G > 1) {
-        dw_grad_weight(&g, x, gy, dw);
-        return NULL;
-    }
+    if (g.Cg == 1 && g.G > 1) return dw_grad_weight(&g, x, gy, dw);
     const char *err = "lz_conv2d (grad weight): dnnl_sgemm failed";
     const char *oom = "lz_conv2d (grad weight): out of memory";
     const int64_t wn = vw->numel;
