@@ -28,7 +28,7 @@ typedef struct shape_slot {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static slot table[LZ_OP_COUNT][2];
-static shape_slot *shapes;   /* N_SHAPES, made on the first step added */
+static shape_slot *shapes;   /* N_SHAPES, made on the first step added after a reset */
 static int n_shapes;         /* kept at half the slots, so a probe ends soon */
 static slot others[LZ_OP_COUNT][2];   /* shapes past those, or all if shapes could not be made */
 static atomic_int on;
@@ -84,7 +84,8 @@ void lz_profile_reset(void)
 {
     pthread_mutex_lock(&lock);
     memset(table, 0, sizeof table);
-    if (shapes) memset(shapes, 0, N_SHAPES * sizeof *shapes);
+    free(shapes);   /* lz_shutdown resets: nothing of the profile stays allocated */
+    shapes = NULL;
     memset(others, 0, sizeof others);
     n_shapes = 0;
     pthread_mutex_unlock(&lock);
