@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `lazyc bench`: one small run with --json must print one JSON object on
 # stdout with issue 5's keys, captured mode must run one execution per step
-# with no compile after warm-up, --profile must print the kernel time by op,
+# with no compile after warm-up, --profile-steps must print the kernel time
+# by op and the slowest step shapes with a convolution's GFLOP/s,
 # the time to first step must be in the JSON, CSV and markdown,
 # the output folder must get its four files,
 # and bad options must exit 2. With CI=true the PyTorch column must be
@@ -16,7 +17,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$lazyc" bench --size smoke --models resnet18 --steps 2 --json --profile --out "$tmp/out" \
+"$lazyc" bench --size smoke --models resnet18 --steps 2 --json --profile-steps --out "$tmp/out" \
   > "$tmp/stdout" 2> "$tmp/stderr"
 rc=$?
 if [ $rc -ne 0 ]; then
@@ -87,6 +88,11 @@ EOF
 # --profile: the captured steps' kernel time by op on stderr, convolutions included
 grep -q '^  resnet18 captured: kernel time by op' "$tmp/stderr" || fail "--profile printed no profile"
 grep -Eq '^    conv2d +(lazyc|oneDNN) +[0-9.]+ calls/step' "$tmp/stderr" || fail "--profile lists no conv2d kernels"
+# --profile-steps: then the step shapes, a convolution's with its rate and operands
+grep -q '^  resnet18 captured: the 25 slowest of [0-9]* step shapes' "$tmp/stderr" \
+  || fail "--profile-steps printed no step shapes"
+grep -Eq '^ +[0-9.]+ ms/step +[0-9.]+ calls/step +[0-9.]+  conv2d +(lazyc|oneDNN) +f32\[[0-9,]+\]' \
+  "$tmp/stderr" || fail "--profile-steps lists no convolution with its GFLOP/s and operands"
 
 for f in bench.csv bench.md bench.json bench.svg; do
   [ -s "$tmp/out/$f" ] || fail "--out folder lacks $f"
