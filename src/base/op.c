@@ -9,6 +9,13 @@ uint64_t lz_hash_mix(uint64_t h, uint64_t v)
     return h ^ (h >> 31);
 }
 
+uint64_t lz_hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
 int lz_op_is_elementwise(lz_op op)
 {
     switch (op) {

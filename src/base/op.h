@@ -113,5 +113,8 @@ const char *lz_op_name(lz_op op);
 int lz_op_is_elementwise(lz_op op);
 /* Mixes v into the running structural hash h (splitmix64's finaliser). */
 uint64_t lz_hash_mix(uint64_t h, uint64_t v);
+/* A string's 64-bit FNV-1a hash (stable across processes and builds: the
+   convolution choices' file name is made from it). */
+uint64_t lz_hash_str(const char *s);
 
 #endif

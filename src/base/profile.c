@@ -46,17 +46,10 @@ void lz_profile_add(int op, int library, double ms)
     pthread_mutex_unlock(&lock);
 }
 
-static uint64_t text_hash(int op, int library, const char *t)
-{
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)(op * 2 + library);
-    for (; *t; t++) h = (h ^ (unsigned char)*t) * 1099511628211ull;
-    return h;
-}
-
 void lz_profile_add_step(int op, int library, const char *operands, double flops, double ms)
 {
     if (op < 0 || op >= LZ_OP_COUNT) return;
-    const uint64_t h = text_hash(op, library, operands);
+    const uint64_t h = lz_hash_mix(lz_hash_str(operands), (uint64_t)(op * 2 + library));
     pthread_mutex_lock(&lock);
     if (!shapes) shapes = calloc(N_SHAPES, sizeof *shapes);
     shape_slot *e = NULL;

@@ -14,6 +14,7 @@
 
 #include "base/durable.h"
 #include "base/error.h"
+#include "base/op.h"
 #include "base/settings.h"
 
 #define MAGIC "lazyc convolution choices 1"
@@ -65,13 +66,6 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
     }
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* The file's path for this machine identity, or "" (no cache directory:
    neither XDG_CACHE_HOME, absolute, nor HOME set). */
 static void choose_path(void)
@@ -95,7 +89,7 @@ static void choose_path(void)
         return;
     }
     snprintf(path + n, sizeof path - (size_t)n, "/conv-choices-%016llx.txt",
-             (unsigned long long)fnv1a(identity));
+             (unsigned long long)lz_hash_str(identity));
 }
 
 static int find_locked(const int64_t *key)
