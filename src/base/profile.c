@@ -70,6 +70,8 @@ void lz_profile_add_step(int op, int library, const char *operands, double flops
     slot *c = e ? &e->t : &others[op][!!library];
     c->calls++;
     c->ms += ms;
+    table[op][!!library].calls++;
+    table[op][!!library].ms += ms;
     pthread_mutex_unlock(&lock);
 }
 

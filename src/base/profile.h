@@ -11,9 +11,9 @@ int  lz_profile_on(void);
 void lz_profile_add(int op, int library, double ms);
 /* Whether kernels are also timed by step shape (lz_profile_enable(2)). */
 int  lz_profile_steps_on(void);
-/* The same kernel again, keyed by its operands' text (dtypes and shapes,
-   lz_profile_step_entry.operands) too; flops: what one call computes
-   (0 where not counted). */
+/* lz_profile_add, and the same kernel keyed by its operands' text
+   (dtypes and shapes, lz_profile_step_entry.operands) too, under one lock;
+   flops: what one call computes (0 where not counted). */
 void lz_profile_add_step(int op, int library, const char *operands, double flops, double ms);
 
 #endif

@@ -152,8 +152,9 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
         }
         if (timed) {
             const double ms = lz_now_ms() - t0;
-            lz_profile_add(s->op, cs->library, ms);
-            if (lz_profile_steps_on()) {
+            if (!lz_profile_steps_on()) {
+                lz_profile_add(s->op, cs->library, ms);
+            } else {
                 char text[LZ_PROFILE_OPERANDS];
                 lz_instr_operands(p, s, text, sizeof text);
                 lz_profile_add_step(s->op, cs->library, text, lz_instr_flops(p, s), ms);
