@@ -538,7 +538,7 @@ LZ_API void lz_profile_reset(void);
 LZ_API int  lz_profile_read(lz_profile_entry *out, int max);
 /* The same times by step shape (lz_profile_enable(2)): one entry per op,
    library and operands, where operands reads like
-   "bf16[8,64,32,32]/16 bf16[256,64,1,1] -> f32[8,256,32,32]/16": each
+   "bf16[8, 64, 32, 32]/16 bf16[256, 64, 1, 1] -> f32[8, 256, 32, 32]/16": each
    input's dtype and shape, /b for a channel-blocked one, then the result
    (text past its size is cut). flops: what one call computes, 2 x the
    multiply-adds of a convolution (either direction) or matmul, 0 for other

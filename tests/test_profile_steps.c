@@ -48,10 +48,10 @@ static void shapes_and_flops(void)
     if (!mm || !cv) return;
     fprintf(stderr, "matmul: %s, %.0f flops; conv2d: %s, %.0f flops\n", mm->operands, mm->flops,
             cv->operands, cv->flops);
-    CHECK(strcmp(mm->operands, "f32[4,8] f32[8,16] -> f32[4,16]") == 0);
+    CHECK(strcmp(mm->operands, "f32[4, 8] f32[8, 16] -> f32[4, 16]") == 0);
     CHECK(mm->flops == 2.0 * 4 * 16 * 8);
     CHECK_EQ_I(mm->calls, 1);
-    CHECK(strstr(cv->operands, "f32[2,3,8,8] f32[4,3,3,3] -> f32[2,4,8,8]") != NULL);
+    CHECK(strstr(cv->operands, "f32[2, 3, 8, 8] f32[4, 3, 3, 3] -> f32[2, 4, 8, 8]") != NULL);
     CHECK(cv->flops == 2.0 * (2 * 4 * 8 * 8) * (3 * 3 * 3));
     /* the same kernels as the profile by op: the same calls and time */
     lz_profile_entry byop[64];

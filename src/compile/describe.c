@@ -7,37 +7,20 @@
 #include "base/error.h"
 #include "compile/program.h"
 
-/* "dtype[d0,d1,...]" and "/b" when channel-blocked; the characters written */
-static size_t put_value(const lz_value *v, char *buf, size_t n)
-{
-    size_t at = 0;
-    int k = snprintf(buf, n, "%s[", lz_dtype_name((lz_dtype)v->dtype));
-    for (int d = 0; k >= 0 && d < v->ndim; d++) {
-        at += (size_t)k;
-        k = snprintf(buf + (at < n ? at : n), at < n ? n - at : 0, "%s%lld", d ? "," : "",
-                     (long long)v->shape[d]);
-    }
-    if (k >= 0) {
-        at += (size_t)k;
-        k = v->block ? snprintf(buf + (at < n ? at : n), at < n ? n - at : 0, "]/%d", v->block)
-                     : snprintf(buf + (at < n ? at : n), at < n ? n - at : 0, "]");
-    }
-    return k >= 0 ? at + (size_t)k : at;
-}
-
 void lz_instr_operands(const lz_program *p, const lz_instr *s, char *buf, size_t n)
 {
-    if (!n) return;
-    buf[0] = '\0';
+    if (n) buf[0] = '\0';
     size_t at = 0;
     for (int k = 0; k <= s->n_in && at < n; k++) {
-        const int last = k == s->n_in;
-        const char *sep = last ? (s->n_in ? " -> " : "-> ") : k ? " " : "";
-        at += (size_t)snprintf(buf + at, n - at, "%s", sep);
-        if (at >= n) break;
-        at += put_value(&p->values[last ? s->out : s->in[k]], buf + at, n - at);
+        const int result = k == s->n_in;
+        const lz_value *v = &p->values[result ? s->out : s->in[k]];
+        char shape[96], block[16] = "";
+        if (v->block) snprintf(block, sizeof block, "/%d", v->block);
+        at += (size_t)snprintf(buf + at, n - at, "%s%s%s%s",
+                               result ? (k ? " -> " : "-> ") : k ? " " : "",
+                               lz_dtype_name((lz_dtype)v->dtype),
+                               lz_shape_str(shape, v->ndim, v->shape), block);
     }
-    buf[n - 1] = '\0';
 }
 
 static double numel(const lz_value *v) { return (double)v->numel; }
