@@ -187,19 +187,6 @@ static void dw_grad_input(const geom *g, const float *gy, const float *w, float 
     }
 }
 
-/* The taps [lo, hi) of a window axis whose input (out * stride - pad +
-   tap * dilation) falls inside [0, n). */
-static void valid_taps(int64_t out, int64_t stride, int64_t pad, int64_t dil, int64_t taps,
-                       int64_t n, int64_t *lo, int64_t *hi)
-{
-    const int64_t base = out * stride - pad;
-    int64_t a = 0, b = taps;
-    while (a < b && base + a * dil < 0) a++;
-    while (b > a && base + (b - 1) * dil >= n) b--;
-    *lo = a;
-    *hi = b;
-}
-
 /* dw[o][kh][kw] = sum over images and output pixels of gy * x at the tap.
    Each tap's sum is a float sum along an output row (the pixels whose
    input is inside the image), added into a double row by row in (image,
@@ -238,11 +225,11 @@ static const char *dw_grad_weight(const geom *g, const float *x, const float *gy
                     for (int64_t q = 0; q < g->P; q++) gt[q * DW_LANES + l] = gs[q];
                 }
                 for (int64_t oh = 0; oh < g->OH; oh++) {
-                    int64_t kh0, kh1;
-                    valid_taps(oh, g->sh, g->ph, g->dh, g->KH, g->H, &kh0, &kh1);
                     const float *grow = gt + oh * g->OW * DW_LANES;
-                    for (int64_t kh = kh0; kh < kh1; kh++) {
-                        const float *xrow = xt + (oh * g->sh - g->ph + kh * g->dh) * g->W * DW_LANES;
+                    for (int64_t kh = 0; kh < g->KH; kh++) {
+                        const int64_t ih = oh * g->sh - g->ph + kh * g->dh;
+                        if (ih < 0 || ih >= g->H) continue;
+                        const float *xrow = xt + ih * g->W * DW_LANES;
                         for (int64_t kw = 0; kw < g->KW; kw++) {
                             int64_t off = kw * g->dw - g->pw, lo, hi;
                             valid_cols(g, off, &lo, &hi);
