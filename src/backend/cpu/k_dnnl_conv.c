@@ -137,7 +137,6 @@ typedef struct dnnl_conv {
     int engine;                    /* holds a reference on the engine */
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
     int unblock;                   /* the weight gradient's block: weight_unblock.c, not reorder[2] */
-    int64_t wdims[3];              /* O, I, taps: the weight, for unblock */
     dnnl_memory_t plain[3], inner[3], scratchpad;
     size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the step's scratch */
     int arg[3], value[3];
@@ -286,14 +285,8 @@ static int make_operand(dnnl_conv *c, int k, const dnnl_memory_desc_t *plain,
     }
     c->offset[k] = c->bytes;
     c->bytes += align64(dnnl_memory_desc_get_size(inner));
-    c->unblock = weight_grad && plain->ndims == 4 && plain->data_type == dnnl_f32
-                     ? lz_cpu_unblock_fits(inner) : 0;
-    if (c->unblock) {
-        c->wdims[0] = plain->dims[0];
-        c->wdims[1] = plain->dims[1];
-        c->wdims[2] = plain->dims[2] * plain->dims[3];
-        return 0;
-    }
+    c->unblock = weight_grad && plain->data_type == dnnl_f32 ? lz_cpu_unblock_fits(inner) : 0;
+    if (c->unblock) return 0;
     dnnl_primitive_desc_t rpd;
     const dnnl_memory_desc_t *from = k < 2 ? plain : inner, *to = k < 2 ? inner : plain;
     if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success)
@@ -607,9 +600,11 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
     }
     if (!bad && c->reorder[2]) bad = reorder(c->reorder[2], c->inner[2], c->plain[2]);
     if (!bad) bad = dnnl_stream_wait(stream) != dnnl_success;
-    if (!bad && c->unblock)
-        lz_cpu_weight_unblock((const float *)(block + c->offset[2]), ptrs[c->value[2]], c->wdims[0],
-                              c->wdims[1], c->wdims[2], c->unblock);
+    if (!bad && c->unblock) {
+        const int64_t *w = p->values[c->value[2]].shape;   /* OIHW: 4-d, as unblock_fits saw */
+        lz_cpu_weight_unblock((const float *)(block + c->offset[2]), ptrs[c->value[2]], w[0], w[1],
+                              w[2] * w[3], c->unblock);
+    }
     return bad ? "lz_conv2d: a oneDNN primitive failed" : NULL;
 }
 
