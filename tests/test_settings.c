@@ -30,6 +30,7 @@ static const case_values cases[] = {
     {"LZ_DETERMINISTIC", "1", "true", 1}, {"LZ_CACHE_CAPACITY", "2", "0", 1},
     {"LZ_POOL_MIB", "1", "-1", 1},        {"LZ_FAULT_ALLOC", "2", "abc", 1},
     {"LZ_FAULT_KERNEL", "3", "1x", 1},    {"LZ_FAULT_HOST", "4", "-2", 1},
+    {"LZ_FAULT_SCRATCH", "5", "5.5", 1},
     {"LZ_EXPLAIN_COMPILES", "1", "maybe", 1}, {"LZ_CAPTURE_CHECK", "2", "often", 0},
     {"LZ_TORCH_PYTHON", "/x/python", NULL, 1},
     {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL, 1}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL, 1},
@@ -103,6 +104,7 @@ static void case_set(void)
     CHECK_EQ_I(fault_fires_at(LZ_FAULT_ALLOC), 2);
     CHECK_EQ_I(fault_fires_at(LZ_FAULT_KERNEL), 3);
     CHECK_EQ_I(fault_fires_at(LZ_FAULT_HOST), 4);
+    CHECK_EQ_I(fault_fires_at(LZ_FAULT_SCRATCH), 5);
     lz_fault_reset();
     CHECK_EQ_I(lz_is_eager(), 1);
     lz_set_eager(0);
@@ -135,6 +137,7 @@ static void check_defaults(void)
 {
     CHECK_EQ_I(fault_fires_at(LZ_FAULT_ALLOC), 0);
     CHECK_EQ_I(fault_fires_at(LZ_FAULT_KERNEL), 0);
+    CHECK_EQ_I(fault_fires_at(LZ_FAULT_SCRATCH), 0);
     lz_fault_reset();
     CHECK_EQ_I(lz_is_eager(), 0);
     CHECK_EQ_I(lz_fusion_enabled(), 1);

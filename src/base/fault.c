@@ -16,7 +16,7 @@ static atomic_int env_read;   /* set once read_env ran: the hot path skips pthre
 static void read_env(void)
 {
     static const lz_setting_id ids[LZ_FAULT_KINDS] = {LZ_SETTING_FAULT_ALLOC, LZ_SETTING_FAULT_KERNEL,
-                                                       LZ_SETTING_FAULT_HOST};
+                                                       LZ_SETTING_FAULT_HOST, LZ_SETTING_FAULT_SCRATCH};
     for (int k = 0; k < LZ_FAULT_KINDS; k++)
         atomic_store(&remaining[k], (long)lz_setting_int(ids[k]));
     atomic_store_explicit(&env_read, 1, memory_order_release);

@@ -32,6 +32,7 @@
     X(FAULT_ALLOC,    INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th device allocation (0: never)") \
     X(FAULT_KERNEL,   INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th kernel call (0: never)") \
     X(FAULT_HOST,     INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th checked host allocation (0: never)") \
+    X(FAULT_SCRATCH,  INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th growth of a kernel's scratch buffer (0: never)") \
     X(EXPLAIN_COMPILES, BOOL, "0",    0, 1, NULL, "1: one line on stderr per compile, with the graph's size and why the cache missed") \
     X(CAPTURE_CHECK,  INT,    "0",    0, INT32_MAX, NULL, "N: a captured function traces every N-th call again and fails it if the graph or a constant differs (0: never)") \
     X(TORCH_PYTHON,   TEXT,   "/usr/bin/python3", 0, 0, NULL, "lazyc bench: the Python interpreter that runs the PyTorch reference") \

@@ -393,13 +393,15 @@ static void move_cat(const geom *g, int64_t gi, float *nop, float *cat, int to_c
 
 /* One direction of the convolution with every image's columns side by side
    ([K, N*P]) and the output or its gradient gathered into [Og, N*P] (cat):
-   conv2d (x, w) -> y, grad input (gy, w) -> dx, grad weight (x, gy) -> dw. */
-static int run_gathered(const geom *g, lz_op op, const float *a, const float *b, float *out)
+   conv2d (x, w) -> y, grad input (gy, w) -> dx, grad weight (x, gy) -> dw.
+   NULL, or what failed: sgemm_err, or the scratch. */
+static const char *run_gathered(const geom *g, lz_op op, const float *a, const float *b,
+                                float *out, const char *sgemm_err)
 {
     const int64_t NP = g->N * g->P;
     float *col = lz_cpu_scratch(LZ_SCRATCH_COLUMNS, sizeof(float) * (size_t)(g->K * NP));
     float *cat = lz_cpu_scratch(LZ_SCRATCH_PARTIALS, sizeof(float) * (size_t)(g->Og * NP));
-    if (!col || !cat) return 1;
+    if (!col || !cat) return "lz_conv2d: out of memory for the gathered columns";
     const float *w = op == LZ_OP_CONV2D_GRAD_WEIGHT ? NULL : b;
     const float *gy = op == LZ_OP_CONV2D ? NULL : op == LZ_OP_CONV2D_GRAD_INPUT ? a : b;
     for (int64_t gi = 0; gi < g->G; gi++) {
@@ -413,7 +415,7 @@ static int run_gathered(const geom *g, lz_op op, const float *a, const float *b,
                 ? dnnl_sgemm('T', 'N', g->K, NP, g->Og, 1.0f, wg, g->K, cat, NP, 0.0f, col, NP)
                 : dnnl_sgemm('N', 'T', g->Og, g->K, NP, 1.0f, cat, NP, col, NP, 0.0f,
                              out + gi * g->Og * g->K, g->K);
-        if (st != dnnl_success) return 1;
+        if (st != dnnl_success) return sgemm_err;
         if (op == LZ_OP_CONV2D) move_cat(g, gi, out, cat, 0);
         if (op != LZ_OP_CONV2D_GRAD_INPUT) continue;
         #pragma omp parallel for schedule(static) if ((double)g->K * NP > PAR_MIN)
@@ -423,7 +425,7 @@ static int run_gathered(const geom *g, lz_op op, const float *a, const float *b,
             col2im(g, col + n * g->P, NP, dxg);
         }
     }
-    return 0;
+    return NULL;
 }
 
 static const char *conv2d(const lz_program *p, const lz_instr *s, void *const *ptrs,
@@ -439,7 +441,7 @@ static const char *conv2d(const lz_program *p, const lz_instr *s, void *const *p
         return NULL;
     }
     const char *err = "lz_conv2d: dnnl_sgemm failed";
-    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D, x, w, y) ? err : NULL;
+    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D, x, w, y, err);
     return run_items(&g, forward_item, x, w, y, err);
 }
 
@@ -460,7 +462,7 @@ static const char *conv2d_grad_input(const lz_program *p, const lz_instr *s, voi
         return NULL;
     }
     const char *err = "lz_conv2d (grad input): dnnl_sgemm failed";
-    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_INPUT, gy, w, dx) ? err : NULL;
+    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_INPUT, gy, w, dx, err);
     return run_items(&g, grad_input_item, gy, w, dx, err);
 }
 
@@ -480,7 +482,7 @@ static const char *conv2d_grad_weight(const lz_program *p, const lz_instr *s, vo
     const char *err = "lz_conv2d (grad weight): dnnl_sgemm failed";
     const char *oom = "lz_conv2d (grad weight): out of memory";
     const int64_t wn = vw->numel;
-    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_WEIGHT, x, gy, dw) ? err : NULL;
+    if (use_gathered(&g, path)) return run_gathered(&g, LZ_OP_CONV2D_GRAD_WEIGHT, x, gy, dw, err);
     if (!use_team(&g)) {
         float *col = col_bytes(&g) ? lz_cpu_scratch(LZ_SCRATCH_COLUMNS, col_bytes(&g)) : NULL;
         if (col_bytes(&g) && !col) return oom;

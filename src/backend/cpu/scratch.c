@@ -3,6 +3,8 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "base/fault.h"
+
 #define MAX_SLOTS 256
 
 /* padded to a cache line each, so two threads never share one */
@@ -15,7 +17,8 @@ void *lz_cpu_scratch(int kind, size_t nbytes)
     if (slots[kind][t].cap >= nbytes && slots[kind][t].p) return slots[kind][t].p;
     free(slots[kind][t].p);
     size_t cap = (nbytes + 63) / 64 * 64;
-    slots[kind][t].p = aligned_alloc(64, cap ? cap : 64);
+    /* LZ_FAULT_SCRATCH: as aligned_alloc failing (the old buffer is gone either way) */
+    slots[kind][t].p = lz_fault_hit(LZ_FAULT_SCRATCH) ? NULL : aligned_alloc(64, cap ? cap : 64);
     slots[kind][t].cap = slots[kind][t].p ? cap : 0;
     return slots[kind][t].p;
 }
