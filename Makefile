@@ -68,7 +68,7 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:d
 # No suppressions are needed then (none for oneDNN either: it runs on
 # libgomp's team, which is the calling thread alone).
 TSAN_ENV = OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-TSAN_TESTS ?= ^test_(semantics|capture.*|sgd|data|dropout|shutdown|fault.*|thread.*|bad_input.*|compile_threads.*)$$
+TSAN_TESTS ?= ^test_(semantics|capture.*|sgd|data|dropout|shutdown|fault.*|thread.*|bad_input.*|compile_threads.*|autocast_copies)$$
 
 define san_configure # build dir, -fsanitize= value
 	@mkdir -p $(1)

@@ -5,9 +5,14 @@
 
 #include <stdlib.h>
 
+#include "backend/buffer.h"
+#include "base/bf16.h"
 #include "base/error.h"
+#include "base/fault.h"
 #include "base/thread.h"
+#include "engine/capture.h"
 #include "engine/tensor.h"
+#include "runtime/executor.h"
 
 #define MAX_DEPTH 16
 
@@ -22,6 +27,21 @@ typedef struct entry {
 
 static entry *cache;
 static int n_cache, cap_cache;
+
+/* A parameter's bf16 copy (engine/autocast.h). Kept because the update
+   holds the new value in its kernel anyway: writing the copy there costs 2
+   bytes a value, where a cast in the next step reads 4 and writes 2. */
+typedef struct lz_shadow {
+    lz_tensor *w;        /* retained */
+    lz_tensor *s;        /* the copy, retained; NULL before the first refresh */
+    uint64_t version;    /* w's version that s holds */
+    int wanted;          /* a product read w under autocast since the last refresh */
+} lz_shadow;
+
+static lz_shadow **shadows;
+static int n_shadows, cap_shadows;
+
+static void sweep_copies(void);
 
 lz_dtype lz_autocast_dtype(void) { return depth ? stack[depth - 1] : LZ_F32; }
 
@@ -41,7 +61,10 @@ int lz_autocast_end(void)
 {
     if (lz_owner_check("lz_autocast_end")) return -1;
     if (!depth) return lz_errorf_int("lz_autocast_end: no autocast region is open");
-    if (--depth == 0) lz_autocast_cache_clear();
+    if (--depth == 0) {
+        lz_autocast_cache_clear();
+        sweep_copies();
+    }
     return 0;
 }
 
@@ -82,6 +105,148 @@ int lz_autocast_cache_put(lz_tensor *x, lz_tensor *cast)
     return 0;
 }
 
+static int find_copy(const lz_tensor *w)
+{
+    const lz_tensor *t = lz_tensor_of(w);
+    for (int i = 0; i < n_shadows; i++)
+        if (lz_tensor_of(shadows[i]->w) == t) return i;
+    return -1;
+}
+
+static void drop_copy_at(int i)
+{
+    lz_shadow *e = shadows[i];
+    if (e->s) {
+        lz_tensor_of(e->s)->shadow = NULL;
+        lz_free(e->s);
+    }
+    lz_free(e->w);
+    free(e);
+    shadows[i] = shadows[--n_shadows];
+}
+
+/* Copies of parameters nothing but the copies hold (a model freed). */
+static void sweep_copies(void)
+{
+    for (int i = n_shadows - 1; i >= 0; i--) {
+        const lz_tensor *w = lz_tensor_of(shadows[i]->w);
+        if (w->refs - 1 <= w->capture_refs) drop_copy_at(i);
+    }
+}
+
+int lz_autocast_want_copy(lz_tensor *w)
+{
+    int i = find_copy(w);
+    if (i < 0) {
+        if (n_shadows == cap_shadows) {
+            int nc = cap_shadows ? 2 * cap_shadows : 64;
+            lz_shadow **p = lz_host_realloc(shadows, sizeof *p * (size_t)nc);
+            if (!p) return -1;
+            shadows = p;
+            cap_shadows = nc;
+        }
+        lz_shadow *e = lz_host_calloc(1, sizeof *e);
+        if (!e || !(e->w = lz_retain(w))) {
+            free(e);
+            return -1;
+        }
+        i = n_shadows;
+        shadows[n_shadows++] = e;
+    }
+    shadows[i]->wanted = 1;
+    return 0;
+}
+
+/* w's copy made now, on this thread, from w's value (data, waited for):
+   rounded as lz_cast rounds. A first step then reads a copy as every later
+   one does, so both are one graph (one compile, one arena). NULL when w is
+   pending or out of memory (the step casts w instead). */
+static lz_tensor *copy_from_data(lz_tensor *w)
+{
+    const lz_node *n = lz_tensor_of(w)->node;
+    if (n->dtype != LZ_F32 || !n->buf || lz_executor_wait_buffer(n->buf) != 0) return NULL;
+    const int64_t numel = lz_node_numel(n);
+    lz_buffer *b = lz_buffer_new(sizeof(uint16_t) * (size_t)numel);
+    if (!b) return NULL;
+    const float *src = n->buf->data;
+    uint16_t *dst = b->data;
+    for (int64_t i = 0; i < numel; i++) dst[i] = lz_f32_to_bf16(src[i]);
+    lz_node *c = lz_node_new_data(b, LZ_BF16, n->ndim, n->shape);
+    lz_buffer_unref(b);
+    lz_tensor *t = c ? lz_tensor_wrap(c) : NULL;
+    lz_tensor *kept = t ? lz_retain(t) : NULL;   /* the table's handle, in no scope */
+    lz_free(t);
+    return kept;
+}
+
+lz_tensor *lz_autocast_copy_of(lz_tensor *w)
+{
+    const int i = find_copy(w);
+    if (i < 0) return NULL;
+    lz_shadow *e = shadows[i];
+    if (!e->s && (e->s = copy_from_data(w))) {
+        lz_tensor_of(e->s)->shadow = e;
+        e->version = lz_tensor_of(w)->version;
+        lz_capture_note_library_state();   /* a trace binds it from the next call on */
+    }
+    if (!e->s) return NULL;
+    if (lz_tensor_of(w)->version == e->version) return e->s;
+    /* w was assigned since: this step casts it and its update makes the
+       copy good again, so a trace of it is a warm-up (the next call traces
+       with the copy, not with the cast) */
+    lz_capture_note_library_state();
+    return NULL;
+}
+
+int lz_autocast_copy_count(void)
+{
+    int n = 0;
+    for (int i = 0; i < n_shadows; i++) n += shadows[i]->s != NULL;
+    return n;
+}
+
+int lz_autocast_take_wanted(lz_tensor *w)
+{
+    const int i = find_copy(w);
+    if (i < 0 || !shadows[i]->wanted) return 0;
+    shadows[i]->wanted = 0;
+    return 1;
+}
+
+int lz_autocast_copy_store(lz_tensor *w, lz_tensor *value)
+{
+    const int i = find_copy(w);
+    if (i < 0) return -1;
+    lz_shadow *e = shadows[i];
+    if (e->s) {
+        if (lz_assign(e->s, value) != 0) return -1;
+    } else {
+        if (!(e->s = lz_retain(value))) return -1;
+        lz_tensor_of(e->s)->shadow = e;
+        lz_capture_note_library_state();   /* the next call finds the copy made */
+    }
+    e->version = lz_tensor_of(w)->version;
+    return 0;
+}
+
+void lz_autocast_copy_drop(lz_tensor *w)
+{
+    const int i = find_copy(w);
+    if (i >= 0) drop_copy_at(i);
+}
+
+int lz_autocast_copy_stale(const lz_tensor *t)
+{
+    const lz_shadow *e = lz_tensor_of(t)->shadow;
+    return e && lz_tensor_of(e->w)->version != e->version;
+}
+
+void lz_autocast_copy_rebase(lz_tensor *t)
+{
+    lz_shadow *e = lz_tensor_of(t)->shadow;
+    if (e) e->version = lz_tensor_of(e->w)->version;
+}
+
 void lz_autocast_shutdown(void)
 {
     lz_autocast_cache_clear();
@@ -89,6 +254,10 @@ void lz_autocast_shutdown(void)
     cache = NULL;
     cap_cache = 0;
     depth = 0;
+    while (n_shadows) drop_copy_at(n_shadows - 1);
+    free(shadows);
+    shadows = NULL;
+    cap_shadows = 0;
 }
 
 void lz_autocast_cache_clear(void)

@@ -23,7 +23,32 @@ int lz_autocast_cacheable(const lz_tensor *x);
    around a capture trace (a trace must make its own casts, not bind
    values made before it). */
 void lz_autocast_cache_clear(void);
-/* lz_shutdown: closes every region and frees the cache. */
+/* lz_shutdown: closes every region, frees the cache and the copies. */
 void lz_autocast_shutdown(void);
+
+/* Parameters' bf16 copies kept across steps. A parameter a product reads
+   under autocast is wanted; its optimizer update then also writes its bf16
+   copy (ops/autocast.c, lz_autocast_refresh), which the next step's
+   products read in place of a cast while the parameter is still at the
+   version the copy was made from (lz_tensor.version). */
+/* Marks w wanted (a product reads its bf16 cast); -1 out of memory. */
+int lz_autocast_want_copy(lz_tensor *w);
+/* w's copy (borrowed) while it holds w's current value, else NULL. */
+lz_tensor *lz_autocast_copy_of(lz_tensor *w);
+/* 1 if w was wanted since its last refresh; the mark is cleared. */
+int lz_autocast_take_wanted(lz_tensor *w);
+/* Keeps value (w cast to bf16 at w's current version) as w's copy: the
+   existing copy is assigned it, or value becomes the copy (library state
+   for capture); -1 on failure. */
+int lz_autocast_copy_store(lz_tensor *w, lz_tensor *value);
+/* Forgets w's copy, if any. */
+void lz_autocast_copy_drop(lz_tensor *w);
+/* How many copies are kept (tests). */
+int lz_autocast_copy_count(void);
+/* For capture: 1 if t is a copy whose parameter changed since it was
+   made; after a replay that wrote both, lz_autocast_copy_rebase(t) says t
+   holds the parameter's new value. */
+int  lz_autocast_copy_stale(const lz_tensor *t);
+void lz_autocast_copy_rebase(lz_tensor *t);
 
 #endif

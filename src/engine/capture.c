@@ -17,8 +17,9 @@
  * gradient); the rest is checked before every replay and re-traces when it
  * fails (every bound tensor is still held by someone besides captures;
  * tensors that shared a buffer when traced still share it; no tensor's
- * requires-grad flag changed since). Each is an integer or pointer
- * comparison per bound tensor. What cannot be guarded (host values made
+ * requires-grad flag changed since; an autocast bf16 copy of a parameter
+ * still holds the parameter's value: engine/autocast.c). Each is an
+ * integer or pointer comparison per bound tensor. What cannot be guarded (host values made
  * inside the function, a context pointer swapped to another existing
  * tensor) is named in a warning when traced, or found by LZ_CAPTURE_CHECK=N,
  * which re-traces every N-th call and compares graph, constants and what
@@ -79,6 +80,9 @@ typedef struct state {
     char read;               /* its old value is an input slot (keep[slot]) */
     char donates;            /* the new value may be written over the old one
                                 (lz_program_may_overwrite) */
+    char copy_current;       /* an autocast copy of a parameter (engine/autocast.c)
+                                that holds the parameter's value at the trace's end:
+                                so does it after each replay */
 } state;
 
 typedef struct ret {
@@ -892,6 +896,7 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         else if (k >= 0) { st->kind = ST_INPUT; st->index = k; }
         else if (l >= 0) { st->kind = ST_GRAD; st->index = l; }
         else { st->kind = ST_TENSOR; st->t = t; hold(t); }
+        st->copy_current = st->kind == ST_TENSOR && t->shadow && !lz_autocast_copy_stale(t);
         /* a failed replay leaves the state at the value it read */
         for (int q = 0; q < tr->n_slots; q++)
             if (state_reads_slot(tr, st, q)) {
@@ -1077,12 +1082,13 @@ done:
 
 /* The rest of the guard, checked before each replay: every tensor the
    capture bound is still the program's, tensors that shared a buffer
-   still do, and no requires-grad flag changed. */
+   still do, no requires-grad flag changed, and no bf16 copy of a
+   parameter lags behind it (the parameter was assigned since). */
 static int guard_holds(const trace *tr, lz_tensor *const *in)
 {
     if (tr->leaf_epoch != leaf_epoch) return 0;
     for (int i = 0; i < tr->n_live_check; i++)
-        if (!user_alive(tr->live_check[i], 0)) return 0;
+        if (!user_alive(tr->live_check[i], 0) || lz_autocast_copy_stale(tr->live_check[i])) return 0;
     for (int i = 0; i < tr->n_alias; i++) {
         const alias_check *a = &tr->aliases[i];
         const lz_buffer *x = (a->input >= 0 ? in[a->input] : a->a)->node->buf;
@@ -1284,6 +1290,9 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
             if (new_grad[i]) tr->leaves[states[i].index].t->grad = new_grad[i];
             else if (new_node[i]) lz_tensor_set_node(state_tensor(tr, &states[i], in), new_node[i]);
         }
+        /* copies the replay wrote from the parameters' values it wrote */
+        for (int i = 0; i < n_state; i++)
+            if (states[i].copy_current) lz_autocast_copy_rebase(states[i].t);
         for (int j = 0; j < n_out; j++) {
             const ret *r = &returned[j];
             if (r->retain) { /* made above */ }

@@ -94,6 +94,7 @@ void lz_tensor_set_node(lz_tensor *t, lz_node *node)
     t = lz_tensor_of(t);
     for (lz_tensor *a = t->aliases; a; a = a->alias_next) a->node = node;
     lz_node *old = t->node;
+    t->version++;
     if (t->ag && node != old) lz_ag_overwritten(t);
     if (old->buf && !node->buf) t->prev_buf_id = old->buf->id;
     t->node = node;

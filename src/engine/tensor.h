@@ -51,6 +51,12 @@ struct lz_tensor {
     /* creation order (lz_tensor_serial): lz_call tells the tensors a step
        made from those it was given */
     uint64_t serial;
+    /* counts lz_tensor_set_node: a value derived from this tensor's value
+       knows it still holds when the version is the one it was made at
+       (autocast's bf16 copies of parameters, engine/autocast.c) */
+    uint64_t version;
+    /* set on the bf16 copy autocast keeps of a parameter (engine/autocast.c) */
+    struct lz_shadow *shadow;
 };
 
 /* The tensor a handle stands for: t itself, or the tensor an lz_retain

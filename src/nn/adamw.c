@@ -49,6 +49,7 @@
 #include "base/error.h"
 #include "base/thread.h"
 #include "nn/optim_opts.h"
+#include "ops/ops_util.h"
 
 /* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and
    1 - exp(-80) rounds to 1. */
@@ -247,9 +248,10 @@ static int step_one(lz_adamw *opt, int i, const group_step *gs, lz_tensor *decay
     lz_tensor *v = lz_add(lz_mul(opt->v[i], opt->beta2), lz_mul(lz_mul(opt->c2, g), g));
     lz_tensor *denom = lz_add(lz_div(lz_sqrt(v), gs->bc2_sqrt), opt->eps);
     lz_tensor *np = lz_sub(p, lz_div(lz_mul(gs->step_size, m), denom));
-    if (!np || lz_assign(opt->m[i], m) != 0 || lz_assign(opt->v[i], v) != 0)
+    if (!np || lz_assign(opt->m[i], m) != 0 || lz_assign(opt->v[i], v) != 0 ||
+        lz_assign(opt->params[i], np) != 0)
         return -1;
-    return lz_assign(opt->params[i], np);
+    return lz_autocast_refresh(opt->params[i]);   /* the next step's bf16 copy, if autocast reads it */
 }
 
 /* Steps every parameter that has a grad and has taken as many steps as

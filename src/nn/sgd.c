@@ -33,6 +33,7 @@
 #include "base/error.h"
 #include "base/thread.h"
 #include "nn/optim_opts.h"
+#include "ops/ops_util.h"
 
 struct lz_sgd {
     int n;
@@ -202,9 +203,9 @@ static int step_one(lz_sgd *opt, int i)
         d_p = opt->opts.nesterov ? lz_add(d_p, lz_mul(opt->mom, buf)) : buf;
     }
     lz_tensor *np = lz_sub(p, lz_mul(opt->lr, d_p));
-    if (!np)
+    if (!np || lz_assign(p, np) != 0)
         return -1;
-    return lz_assign(p, np);
+    return lz_autocast_refresh(p);   /* the next step's bf16 copy, if autocast reads p */
 }
 
 int lz_sgd_step(lz_sgd *opt)

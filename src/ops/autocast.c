@@ -3,7 +3,10 @@
  * float32 (oneDNN accumulates in float32); every other op keeps float32,
  * as on PyTorch's CPU autocast lists. A parameter is cast once per region
  * (engine/autocast.c keeps the cast), so every use, and the backward
- * products, read the same bf16 copy. */
+ * products, read the same bf16 copy; and once a parameter's optimizer
+ * update has written that copy for the next step (lz_autocast_refresh),
+ * the step reads it instead of casting: the same bits, without a pass over
+ * the float32 parameter. */
 #include "base/error.h"
 #include "engine/autocast.h"
 #include "ops/ops_util.h"
@@ -27,9 +30,25 @@ lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt)
     if (lz_t_dtype(x) == dt) return lz_retain(x);
     lz_tensor *c = lz_autocast_cached(x);
     if (c) return lz_retain(c);
-    c = lz_cast(x, dt);
+    const int param = dt == LZ_BF16 && lz_autocast_dtype() == LZ_BF16 && lz_autocast_cacheable(x);
+    /* out of memory for the mark: the parameter is cast every step, as before */
+    lz_tensor *copy = param && lz_autocast_want_copy(x) == 0 ? lz_autocast_copy_of(x) : NULL;
+    c = copy ? lz_cast_from(x, copy) : lz_cast(x, dt);
     /* the cache keeps the creation handle, the caller gets another */
-    if (c && dt == LZ_BF16 && lz_autocast_dtype() == LZ_BF16 && lz_autocast_cache_put(x, c) == 0)
-        return lz_retain(c);
+    if (c && param && lz_autocast_cache_put(x, c) == 0) return lz_retain(c);
     return c;
+}
+
+int lz_autocast_refresh(lz_tensor *w)
+{
+    if (!lz_autocast_take_wanted(w)) {
+        lz_autocast_copy_drop(w);
+        return 0;
+    }
+    lz_no_grad_begin();
+    lz_tensor *c = lz_cast(w, LZ_BF16);
+    lz_no_grad_end();
+    const int rc = c ? lz_autocast_copy_store(w, c) : -1;
+    lz_free(c);
+    return rc;
 }

@@ -337,6 +337,14 @@ static int cast_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tenso
 
 static int is_float(lz_dtype d) { return d == LZ_F32 || d == LZ_BF16; }
 
+lz_tensor *lz_cast_from(lz_tensor *x, lz_tensor *value)
+{
+    lz_tensor *t = lz_same_value(value);
+    lz_attrs at = {.n_iattr = 1, .iattr = {lz_t_dtype(value) != lz_t_dtype(x)}};
+    if (t) lz_ag_attach(t, "lz_cast", cast_backward, 1, &x, &at);
+    return t;
+}
+
 lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype)
 {
     if (lz_check_operands("lz_cast", 1, &x)) return NULL;

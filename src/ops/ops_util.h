@@ -38,8 +38,16 @@ int lz_require_float(const char *op, const lz_tensor *t);
 lz_dtype lz_product_dtype(const lz_tensor *a, const lz_tensor *b);
 /* x as an operand of dtype dt: a new handle to x when it is dt already,
    else its cast (a parameter's from the region's cache: made once, shared
-   by every use). ops/autocast.c. */
+   by every use; its bf16 copy when the last update made one). ops/autocast.c. */
 lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt);
+/* After an optimizer assigned parameter w its new value: records w's bf16
+   copy for the next step's products when a product read w under autocast
+   since the last update, else forgets the copy. 0, or -1 on failure.
+   ops/autocast.c. */
+int lz_autocast_refresh(lz_tensor *w);
+/* x cast to value's dtype where value holds that cast already: a handle on
+   value's node with lz_cast's gradient to x. ops/elementwise.c. */
+lz_tensor *lz_cast_from(lz_tensor *x, lz_tensor *value);
 
 static inline int lz_t_ndim(const lz_tensor *t) { return t->node->ndim; }
 static inline const int64_t *lz_t_shape(const lz_tensor *t) { return t->node->shape; }
