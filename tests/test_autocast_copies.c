@@ -9,7 +9,9 @@
  * - a parameter assigned between steps (lz_assign, lz_copy_from_host)
  *   makes its copy stale: the next step casts again, and a captured
  *   function traces again instead of replaying with the old copy;
- * - steps without autocast drop the copies. */
+ * - steps without autocast drop the copies;
+ * - a parameter the program updates with its own lz_assign keeps no copy
+ *   and a captured step of it still replays. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@ typedef struct run {
     lz_sgd *sgd;
     lz_adamw *adamw;
     int autocast;            /* steps under lz_autocast_begin(LZ_BF16) */
+    lz_tensor *lr;           /* own_update's step size */
 } run;
 
 static int64_t wshape[N_P][2] = {{HID, IN}, {OUT, HID}};
@@ -156,6 +159,62 @@ static void compare(const char *what, int adamw, int captured, int poke)
     CHECK_EQ_I(casts, poke ? 1 : 0);
 }
 
+/* A parameter updated by the program's own lz_assign (no SGD or AdamW to
+   refresh its copy): cast every step, as without copies, and a captured
+   step still replays (a copy left stale would make every call trace). */
+static int own_update_fn(void *ctx, lz_tensor *const *in, lz_tensor **out)
+{
+    (void)in;
+    run *r = ctx;
+    lz_zero_grad(r->w[0]);
+    lz_zero_grad(r->w[1]);
+    lz_autocast_begin(LZ_BF16);
+    lz_tensor *h = lz_relu(lz_linear(r->x, r->w[0], NULL));
+    lz_tensor *loss = lz_cross_entropy(lz_linear(h, r->w[1], NULL), r->y);
+    lz_autocast_end();
+    if (!loss || lz_backward(loss) != 0) return -1;
+    lz_no_grad_begin();
+    for (int i = 0; i < N_P; i++) {
+        lz_tensor *nw = lz_sub(r->w[i], lz_mul(lz_grad(r->w[i]), r->lr));
+        if (!nw || lz_assign(r->w[i], nw) != 0) return -1;
+        lz_free(nw);
+    }
+    lz_no_grad_end();
+    out[0] = loss;
+    return 0;
+}
+
+static void own_update(void)
+{
+    float l[2][STEPS];
+    int64_t replays = 0;
+    for (int captured = 0; captured < 2; captured++) {
+        run r;
+        run_init(&r, 0);
+        r.lr = lz_scalar(0.1f);
+        lz_fn *f = captured ? lz_capture(own_update_fn, &r, 0, 1) : NULL;
+        const int64_t r0 = lz_metrics_get().capture_replays;
+        for (int s = 0; s < STEPS; s++) {
+            lz_tensor *out[1] = {NULL};
+            CHECK((f ? lz_call(f, NULL, out) : own_update_fn(&r, NULL, out)) == 0);
+            lz_mark_step();
+            l[captured][s] = lz_item(out[0]);
+            lz_free(out[0]);
+        }
+        if (captured) replays = lz_metrics_get().capture_replays - r0;
+        CHECK_EQ_I(lz_autocast_copy_count(), 0);
+        lz_fn_free(f);
+        lz_free(r.lr);
+        run_free(&r);
+        lz_shutdown();
+    }
+    fprintf(stderr, "own update: %lld of %d captured calls replayed; loss %g -> %g\n",
+            (long long)replays, STEPS, l[0][0], l[0][STEPS - 1]);
+    CHECK(memcmp(l[0], l[1], sizeof l[0]) == 0);
+    CHECK(l[0][STEPS - 1] < l[0][0]);
+    CHECK(replays >= STEPS - 3);
+}
+
 /* Steps without autocast drop the copies; steps with it make them again. */
 static void copies_follow_autocast(void)
 {
@@ -186,5 +245,6 @@ int main(void)
     compare("lazy, SGD, w[0] assigned at step 4", 0, 0, 1);
     compare("captured, SGD, w[0] assigned at step 4", 0, 1, 1);
     copies_follow_autocast();
+    own_update();
     return lz_test_done();
 }

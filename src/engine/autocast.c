@@ -36,6 +36,8 @@ typedef struct lz_shadow {
     lz_tensor *s;        /* the copy, retained; NULL before the first refresh */
     uint64_t version;    /* w's version that s holds */
     int wanted;          /* a product read w under autocast since the last refresh */
+    int refreshed;       /* an optimizer update has written s (lz_autocast_copy_store) */
+    int unmanaged;       /* w changed without one: no copy is made from its value again */
 } lz_shadow;
 
 static lz_shadow **shadows;
@@ -184,13 +186,23 @@ lz_tensor *lz_autocast_copy_of(lz_tensor *w)
     const int i = find_copy(w);
     if (i < 0) return NULL;
     lz_shadow *e = shadows[i];
-    if (!e->s && (e->s = copy_from_data(w))) {
+    if (!e->s && !e->unmanaged && (e->s = copy_from_data(w))) {
         lz_tensor_of(e->s)->shadow = e;
         e->version = lz_tensor_of(w)->version;
         lz_capture_note_library_state();   /* a trace binds it from the next call on */
     }
     if (!e->s) return NULL;
     if (lz_tensor_of(w)->version == e->version) return e->s;
+    if (!e->refreshed) {
+        /* w is updated by something other than SGD or AdamW (its own
+           lz_assign): the copy would never hold again, so none is kept and
+           w is cast every step, as before */
+        e->unmanaged = 1;
+        lz_tensor_of(e->s)->shadow = NULL;
+        lz_free(e->s);
+        e->s = NULL;
+        return NULL;
+    }
     /* w was assigned since: this step casts it and its update makes the
        copy good again, so a trace of it is a warm-up (the next call traces
        with the copy, not with the cast) */
@@ -226,6 +238,8 @@ int lz_autocast_copy_store(lz_tensor *w, lz_tensor *value)
         lz_capture_note_library_state();   /* the next call finds the copy made */
     }
     e->version = lz_tensor_of(w)->version;
+    e->refreshed = 1;
+    e->unmanaged = 0;
     return 0;
 }
 
