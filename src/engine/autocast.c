@@ -31,17 +31,17 @@ static int n_cache, cap_cache;
 /* A parameter's bf16 copy (engine/autocast.h). Kept because the update
    holds the new value in its kernel anyway: writing the copy there costs 2
    bytes a value, where a cast in the next step reads 4 and writes 2. */
-typedef struct lz_shadow {
+typedef struct lz_bf16_copy {
     lz_tensor *w;        /* retained */
-    lz_tensor *s;        /* the copy, retained; NULL before the first refresh */
+    lz_tensor *s;        /* the copy, retained; NULL until made (at first use, or by a refresh) */
     uint64_t version;    /* w's version that s holds */
     int wanted;          /* a product read w under autocast since the last refresh */
     int refreshed;       /* an optimizer update has written s (lz_autocast_copy_store) */
     int unmanaged;       /* w changed without one: no copy is made from its value again */
-} lz_shadow;
+} lz_bf16_copy;
 
-static lz_shadow **shadows;
-static int n_shadows, cap_shadows;
+static lz_bf16_copy **copies;
+static int n_copies, cap_copies;
 
 static void sweep_copies(void);
 
@@ -110,28 +110,28 @@ int lz_autocast_cache_put(lz_tensor *x, lz_tensor *cast)
 static int find_copy(const lz_tensor *w)
 {
     const lz_tensor *t = lz_tensor_of(w);
-    for (int i = 0; i < n_shadows; i++)
-        if (lz_tensor_of(shadows[i]->w) == t) return i;
+    for (int i = 0; i < n_copies; i++)
+        if (lz_tensor_of(copies[i]->w) == t) return i;
     return -1;
 }
 
 static void drop_copy_at(int i)
 {
-    lz_shadow *e = shadows[i];
+    lz_bf16_copy *e = copies[i];
     if (e->s) {
-        lz_tensor_of(e->s)->shadow = NULL;
+        lz_tensor_of(e->s)->bf16_copy = NULL;
         lz_free(e->s);
     }
     lz_free(e->w);
     free(e);
-    shadows[i] = shadows[--n_shadows];
+    copies[i] = copies[--n_copies];
 }
 
 /* Copies of parameters nothing but the copies hold (a model freed). */
 static void sweep_copies(void)
 {
-    for (int i = n_shadows - 1; i >= 0; i--) {
-        const lz_tensor *w = lz_tensor_of(shadows[i]->w);
+    for (int i = n_copies - 1; i >= 0; i--) {
+        const lz_tensor *w = lz_tensor_of(copies[i]->w);
         if (w->refs - 1 <= w->capture_refs) drop_copy_at(i);
     }
 }
@@ -140,22 +140,22 @@ int lz_autocast_want_copy(lz_tensor *w)
 {
     int i = find_copy(w);
     if (i < 0) {
-        if (n_shadows == cap_shadows) {
-            int nc = cap_shadows ? 2 * cap_shadows : 64;
-            lz_shadow **p = lz_host_realloc(shadows, sizeof *p * (size_t)nc);
+        if (n_copies == cap_copies) {
+            int nc = cap_copies ? 2 * cap_copies : 64;
+            lz_bf16_copy **p = lz_host_realloc(copies, sizeof *p * (size_t)nc);
             if (!p) return -1;
-            shadows = p;
-            cap_shadows = nc;
+            copies = p;
+            cap_copies = nc;
         }
-        lz_shadow *e = lz_host_calloc(1, sizeof *e);
+        lz_bf16_copy *e = lz_host_calloc(1, sizeof *e);
         if (!e || !(e->w = lz_retain(w))) {
             free(e);
             return -1;
         }
-        i = n_shadows;
-        shadows[n_shadows++] = e;
+        i = n_copies;
+        copies[n_copies++] = e;
     }
-    shadows[i]->wanted = 1;
+    copies[i]->wanted = 1;
     return 0;
 }
 
@@ -185,9 +185,9 @@ lz_tensor *lz_autocast_copy_of(lz_tensor *w)
 {
     const int i = find_copy(w);
     if (i < 0) return NULL;
-    lz_shadow *e = shadows[i];
+    lz_bf16_copy *e = copies[i];
     if (!e->s && !e->unmanaged && (e->s = copy_from_data(w))) {
-        lz_tensor_of(e->s)->shadow = e;
+        lz_tensor_of(e->s)->bf16_copy = e;
         e->version = lz_tensor_of(w)->version;
         lz_capture_note_library_state();   /* a trace binds it from the next call on */
     }
@@ -198,7 +198,7 @@ lz_tensor *lz_autocast_copy_of(lz_tensor *w)
            lz_assign): the copy would never hold again, so none is kept and
            w is cast every step, as before */
         e->unmanaged = 1;
-        lz_tensor_of(e->s)->shadow = NULL;
+        lz_tensor_of(e->s)->bf16_copy = NULL;
         lz_free(e->s);
         e->s = NULL;
         return NULL;
@@ -213,15 +213,15 @@ lz_tensor *lz_autocast_copy_of(lz_tensor *w)
 int lz_autocast_copy_count(void)
 {
     int n = 0;
-    for (int i = 0; i < n_shadows; i++) n += shadows[i]->s != NULL;
+    for (int i = 0; i < n_copies; i++) n += copies[i]->s != NULL;
     return n;
 }
 
 int lz_autocast_take_wanted(lz_tensor *w)
 {
     const int i = find_copy(w);
-    if (i < 0 || !shadows[i]->wanted) return 0;
-    shadows[i]->wanted = 0;
+    if (i < 0 || !copies[i]->wanted) return 0;
+    copies[i]->wanted = 0;
     return 1;
 }
 
@@ -229,12 +229,12 @@ int lz_autocast_copy_store(lz_tensor *w, lz_tensor *value)
 {
     const int i = find_copy(w);
     if (i < 0) return -1;
-    lz_shadow *e = shadows[i];
+    lz_bf16_copy *e = copies[i];
     if (e->s) {
         if (lz_assign(e->s, value) != 0) return -1;
     } else {
         if (!(e->s = lz_retain(value))) return -1;
-        lz_tensor_of(e->s)->shadow = e;
+        lz_tensor_of(e->s)->bf16_copy = e;
         lz_capture_note_library_state();   /* the next call finds the copy made */
     }
     e->version = lz_tensor_of(w)->version;
@@ -251,13 +251,13 @@ void lz_autocast_copy_drop(lz_tensor *w)
 
 int lz_autocast_copy_stale(const lz_tensor *t)
 {
-    const lz_shadow *e = lz_tensor_of(t)->shadow;
+    const lz_bf16_copy *e = lz_tensor_of(t)->bf16_copy;
     return e && lz_tensor_of(e->w)->version != e->version;
 }
 
 void lz_autocast_copy_rebase(lz_tensor *t)
 {
-    lz_shadow *e = lz_tensor_of(t)->shadow;
+    lz_bf16_copy *e = lz_tensor_of(t)->bf16_copy;
     if (e) e->version = lz_tensor_of(e->w)->version;
 }
 
@@ -268,10 +268,10 @@ void lz_autocast_shutdown(void)
     cache = NULL;
     cap_cache = 0;
     depth = 0;
-    while (n_shadows) drop_copy_at(n_shadows - 1);
-    free(shadows);
-    shadows = NULL;
-    cap_shadows = 0;
+    while (n_copies) drop_copy_at(n_copies - 1);
+    free(copies);
+    copies = NULL;
+    cap_copies = 0;
 }
 
 void lz_autocast_cache_clear(void)

@@ -896,7 +896,7 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
         else if (k >= 0) { st->kind = ST_INPUT; st->index = k; }
         else if (l >= 0) { st->kind = ST_GRAD; st->index = l; }
         else { st->kind = ST_TENSOR; st->t = t; hold(t); }
-        st->copy_current = st->kind == ST_TENSOR && t->shadow && !lz_autocast_copy_stale(t);
+        st->copy_current = st->kind == ST_TENSOR && t->bf16_copy && !lz_autocast_copy_stale(t);
         /* a failed replay leaves the state at the value it read */
         for (int q = 0; q < tr->n_slots; q++)
             if (state_reads_slot(tr, st, q)) {

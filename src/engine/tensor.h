@@ -55,8 +55,8 @@ struct lz_tensor {
        knows it still holds when the version is the one it was made at
        (autocast's bf16 copies of parameters, engine/autocast.c) */
     uint64_t version;
-    /* set on the bf16 copy autocast keeps of a parameter (engine/autocast.c) */
-    struct lz_shadow *shadow;
+    /* on autocast's bf16 copy of a parameter: its entry (engine/autocast.c) */
+    struct lz_bf16_copy *bf16_copy;
 };
 
 /* The tensor a handle stands for: t itself, or the tensor an lz_retain
