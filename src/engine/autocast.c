@@ -132,31 +132,32 @@ static void sweep_copies(void)
 {
     for (int i = n_copies - 1; i >= 0; i--) {
         const lz_tensor *w = lz_tensor_of(copies[i]->w);
-        if (w->refs - 1 <= w->capture_refs) drop_copy_at(i);
+        if (!lz_tensor_held(w, 1)) drop_copy_at(i);   /* the entry's own handle aside */
     }
 }
 
-int lz_autocast_want_copy(lz_tensor *w)
+/* w's entry, made if it has none, marked wanted; NULL out of memory. */
+static lz_bf16_copy *want(lz_tensor *w)
 {
     int i = find_copy(w);
     if (i < 0) {
         if (n_copies == cap_copies) {
             int nc = cap_copies ? 2 * cap_copies : 64;
             lz_bf16_copy **p = lz_host_realloc(copies, sizeof *p * (size_t)nc);
-            if (!p) return -1;
+            if (!p) return NULL;
             copies = p;
             cap_copies = nc;
         }
         lz_bf16_copy *e = lz_host_calloc(1, sizeof *e);
         if (!e || !(e->w = lz_retain(w))) {
             free(e);
-            return -1;
+            return NULL;
         }
         i = n_copies;
         copies[n_copies++] = e;
     }
     copies[i]->wanted = 1;
-    return 0;
+    return copies[i];
 }
 
 /* w's copy made now, on this thread, from w's value (data, waited for):
@@ -181,11 +182,10 @@ static lz_tensor *copy_from_data(lz_tensor *w)
     return kept;
 }
 
-lz_tensor *lz_autocast_copy_of(lz_tensor *w)
+lz_tensor *lz_autocast_copy_for(lz_tensor *w)
 {
-    const int i = find_copy(w);
-    if (i < 0) return NULL;
-    lz_bf16_copy *e = copies[i];
+    lz_bf16_copy *e = want(w);
+    if (!e) return NULL;   /* out of memory for the entry: w is cast, as before */
     if (!e->s && !e->unmanaged && (e->s = copy_from_data(w))) {
         lz_tensor_of(e->s)->bf16_copy = e;
         e->version = lz_tensor_of(w)->version;

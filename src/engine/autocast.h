@@ -31,13 +31,13 @@ void lz_autocast_shutdown(void);
    copy (ops/autocast.c, lz_autocast_refresh), which the next step's
    products read in place of a cast while the parameter is still at the
    version the copy was made from (lz_tensor.version). */
-/* Marks w wanted (a product reads its bf16 cast); -1 out of memory. */
-int lz_autocast_want_copy(lz_tensor *w);
-/* w's copy (borrowed) while it holds w's current value, else NULL. The
-   first time, the copy is made here from w's value (w data: rounded on the
-   host). A copy no update refreshed that w's own assignment made stale is
-   dropped, and none is made for w again until an update refreshes it. */
-lz_tensor *lz_autocast_copy_of(lz_tensor *w);
+/* For a product that reads w's bf16 cast: marks w wanted, and returns w's
+   copy (borrowed) while it holds w's current value, else NULL (also when
+   out of memory for the mark). The first time, the copy is made here from
+   w's value (w data: rounded on the host). A copy no update refreshed that
+   w's own assignment made stale is dropped, and none is made for w again
+   until an update refreshes it. */
+lz_tensor *lz_autocast_copy_for(lz_tensor *w);
 /* 1 if w was wanted since its last refresh; the mark is cleared. */
 int lz_autocast_take_wanted(lz_tensor *w);
 /* Keeps value (w cast to bf16 at w's current version) as w's copy: the

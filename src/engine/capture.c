@@ -217,9 +217,6 @@ static void release(lz_tensor *t)
     lz_tensor_unref(t);
 }
 
-/* Someone besides captures (and `extra` other references) holds t. */
-static int user_alive(const lz_tensor *t, int extra) { return t->refs - extra > t->capture_refs; }
-
 /* LZ_CAPTURE_CHECK=N: trace every N-th call again and compare (0: off). */
 static int64_t check_every(void)
 {
@@ -423,7 +420,7 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
     s->epoch = ++snapshot_epoch;
     for (int k = 0; k < n_in; k++) s->inbuf[k] = in[k]->node->buf;
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) {
-        s->alive[s->n] = user_alive(t, 0);
+        s->alive[s->n] = lz_tensor_held(t, 0);
         lz_tensor_ref(t);
         t->capture_epoch = s->epoch;
         s->t[s->n] = t;
@@ -524,7 +521,7 @@ static binding bind_leaf(trace *tr, const lz_fn *f, lz_tensor *const *in, const 
     lz_tensor *alive = NULL, *dead = NULL;
     for (int i = 0; i < s->n; i++) {
         if (s->buf[i] != buf) continue;
-        if (!user_alive(s->t[i], 1)) {
+        if (!lz_tensor_held(s->t[i], 1)) {
             if (s->alive[i] && s->t[i]->node->buf == NULL) dead = s->t[i];
             else if (s->alive[i] && !dead) dead = s->t[i];
             continue;
@@ -538,7 +535,7 @@ static binding bind_leaf(trace *tr, const lz_fn *f, lz_tensor *const *in, const 
     if (dead && freed_state) *freed_state = dead;
     /* made in the function and kept alive after it: state it made */
     for (int i = 0; i < n_notes; i++)
-        if (notes[i].buf == buf && notes[i].t->node->buf == buf && user_alive(notes[i].t, 1)) {
+        if (notes[i].buf == buf && notes[i].t->node->buf == buf && lz_tensor_held(notes[i].t, 1)) {
             hold(notes[i].t);
             return (binding){.kind = SRC_TENSOR, .t = notes[i].t};
         }
@@ -710,7 +707,7 @@ static int record_aliases(trace *tr, const snapshot *s, lz_tensor *const *in, in
         lz_buffer *buf = b->kind == SRC_INPUT ? s->inbuf[b->index] : si >= 0 ? s->buf[si] : b->t->node->buf;
         for (int i = 0; i < s->n; i++) {
             lz_tensor *t = s->t[i];
-            if (s->buf[i] != buf || t == b->t || !user_alive(t, 1)) continue;
+            if (s->buf[i] != buf || t == b->t || !lz_tensor_held(t, 1)) continue;
             int is_input = 0;
             for (int j = 0; j < n_in; j++) is_input |= lz_tensor_of(in[j]) == t;
             if (is_input) continue;
@@ -892,7 +889,7 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
             if (lz_tensor_of(in[q]) == t) k = q;
         for (int q = 0; q < tr->n_leaves && l < 0 && k < 0; q++)
             if (tr->leaves[q].t->grad == t) l = q;
-        if (!user_alive(t, t->capture_epoch == s->epoch)) st->kind = ST_NONE;   /* nobody can read it */
+        if (!lz_tensor_held(t, t->capture_epoch == s->epoch)) st->kind = ST_NONE;   /* nobody can read it */
         else if (k >= 0) { st->kind = ST_INPUT; st->index = k; }
         else if (l >= 0) { st->kind = ST_GRAD; st->index = l; }
         else { st->kind = ST_TENSOR; st->t = t; hold(t); }
@@ -1088,7 +1085,7 @@ static int guard_holds(const trace *tr, lz_tensor *const *in)
 {
     if (tr->leaf_epoch != leaf_epoch) return 0;
     for (int i = 0; i < tr->n_live_check; i++)
-        if (!user_alive(tr->live_check[i], 0) || lz_autocast_copy_stale(tr->live_check[i])) return 0;
+        if (!lz_tensor_held(tr->live_check[i], 0) || lz_autocast_copy_stale(tr->live_check[i])) return 0;
     for (int i = 0; i < tr->n_alias; i++) {
         const alias_check *a = &tr->aliases[i];
         const lz_buffer *x = (a->input >= 0 ? in[a->input] : a->a)->node->buf;

@@ -59,6 +59,13 @@ struct lz_tensor {
     struct lz_bf16_copy *bf16_copy;
 };
 
+/* Whether the program holds t: references beyond extra of its own and
+   beyond those captured functions hold (capture_refs). */
+static inline int lz_tensor_held(const lz_tensor *t, int extra)
+{
+    return t->refs - extra > t->capture_refs;
+}
+
 /* The tensor a handle stands for: t itself, or the tensor an lz_retain
    handle shares. Gradients, records and requires-grad are read from it. */
 static inline lz_tensor *lz_tensor_of(const lz_tensor *t)

@@ -31,8 +31,7 @@ lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt)
     lz_tensor *c = lz_autocast_cached(x);
     if (c) return lz_retain(c);
     const int param = dt == LZ_BF16 && lz_autocast_dtype() == LZ_BF16 && lz_autocast_cacheable(x);
-    /* out of memory for the mark: the parameter is cast every step, as before */
-    lz_tensor *copy = param && lz_autocast_want_copy(x) == 0 ? lz_autocast_copy_of(x) : NULL;
+    lz_tensor *copy = param ? lz_autocast_copy_for(x) : NULL;
     c = copy ? lz_cast_from(x, copy) : lz_cast(x, dt);
     /* the cache keeps the creation handle, the caller gets another */
     if (c && param && lz_autocast_cache_put(x, c) == 0) return lz_retain(c);
