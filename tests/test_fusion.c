@@ -253,6 +253,34 @@ static void chain_cast_run(run *r)
     lz_free(b);
 }
 
+/* The backward pass's shape of it: a reduction reads the chain's result
+   (a bias's gradient) before the product's cast of it in the step's
+   order. The cut walks the newest live tensor first, so the sum, made
+   last, comes first. */
+static void chain_sum_cast_run(run *r)
+{
+    int64_t xs[2] = { 130, 520 }, bs[1] = { 520 };
+    lz_tensor *x = lz_test_rand(33, -4, 4, 2, xs), *b = lz_test_rand(34, -1, 1, 1, bs);
+    for (int s = 0; s < STEPS; s++) {
+        lz_metrics_reset();
+        lz_scope_begin();
+        lz_tensor *y = lz_gelu(lz_add(x, b));
+        int axes[1] = {0};
+        lz_tensor *c = lz_cast(y, LZ_BF16);
+        lz_tensor *total = lz_sum_axes(y, 1, axes, 0);
+        lz_keep(total);
+        lz_keep(c);
+        lz_scope_end();
+        end_step(r, s);
+        record(r, total);
+        record_bf16(r, c);
+        lz_free(total);
+        lz_free(c);
+    }
+    lz_free(x);
+    lz_free(b);
+}
+
 static void chain_small(run *r) { chain_run(r, 0); }
 static void chain_big(run *r) { chain_run(r, 1); }
 
@@ -297,5 +325,9 @@ int main(void)
     /* the cast joins the chain: one kernel, the float32 gelu never stored */
     both(chain_cast_run, "bias, gelu and a cast to bf16");
     CHECK_EQ_I(last_kernels_on, 1);
+    /* the cast moves up to the chain and joins it; the sum runs after:
+       two kernels, where the cast alone would be a third */
+    both(chain_sum_cast_run, "bias and gelu read by a sum, then cast to bf16");
+    CHECK_EQ_I(last_kernels_on, 2);
     return lz_test_done();
 }

@@ -141,9 +141,54 @@ static int open_group(fuser *fz, int64_t numel)
     return slot;
 }
 
+/* Moves each bf16 cast of an element-wise step's result to just after
+   that step. Autograd records a product's cast where the product is, and
+   in the backward pass a reduction often comes between (a bias's
+   gradient sums the same values the convolution's cast reads): the group
+   would run before the cast arrived, and the cast would read the float32
+   result back from memory as a kernel of its own. Moving it up is a valid
+   order (its one input is ready there); its result lives a few steps
+   longer. */
+static void hoist_casts(lz_program *p)
+{
+    const int n = p->n_steps;
+    int *cast_of = lz_host_malloc(sizeof *cast_of * (size_t)(p->n_values ? p->n_values : 1));
+    int *next = lz_host_malloc(sizeof *next * (size_t)n);
+    char *moved = lz_host_calloc((size_t)n, 1);
+    lz_instr *order = lz_host_malloc(sizeof *order * (size_t)n);
+    if (!cast_of || !next || !moved || !order) {   /* the order stays */
+        free(cast_of); free(next); free(moved); free(order);
+        return;
+    }
+    /* cast_of[v]: the first cast step reading v, next[i]: the one after i */
+    for (int v = 0; v < p->n_values; v++) cast_of[v] = -1;
+    for (int i = n - 1; i >= 0; i--) {
+        const lz_instr *s = &p->steps[i];
+        next[i] = -1;
+        if (s->op != LZ_OP_CAST || s->n_in != 1 || !fusable(p, s)) continue;
+        next[i] = cast_of[s->in[0]];
+        cast_of[s->in[0]] = i;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (moved[i]) continue;
+        order[k++] = p->steps[i];
+        if (!fusable(p, &p->steps[i])) continue;
+        for (int c = cast_of[p->steps[i].out]; c >= 0; c = next[c])
+            if (c > i) {
+                order[k++] = p->steps[c];
+                moved[c] = 1;
+            }
+    }
+    assert(k == n);
+    memcpy(p->steps, order, sizeof *order * (size_t)n);
+    free(cast_of); free(next); free(moved); free(order);
+}
+
 void lz_fuse(lz_program *p)
 {
     if (!lz_fusion_enabled() || p->n_steps < 2) return;
+    hoist_casts(p);
     fuser fz = {.p = p, .old = p->steps};
     int *uses = lz_host_calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *uses);
     fz.owner = lz_host_malloc(sizeof *fz.owner * (size_t)(p->n_values ? p->n_values : 1));
