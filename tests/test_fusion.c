@@ -281,6 +281,30 @@ static void chain_sum_cast_run(run *r)
     lz_free(b);
 }
 
+/* Autocast's cast of a permute's result: the permute writes bf16
+   (compile/fold_casts.c). Heads split as attention does (rows of 64 move
+   whole), a transpose (the last axis moves: tiles), and one moving a
+   broadcast-free axis of a non-contiguous kind. */
+static void permute_cast_run(run *r)
+{
+    int64_t xs[4] = { 4, 65, 6, 64 };
+    static const int heads[4] = {0, 2, 1, 3}, flip[4] = {0, 1, 3, 2}, mix[4] = {3, 0, 2, 1};
+    lz_tensor *x = lz_test_rand(35, -3, 3, 4, xs);
+    for (int s = 0; s < STEPS; s++) {
+        lz_metrics_reset();
+        lz_scope_begin();
+        lz_tensor *a = lz_cast(lz_permute(x, heads), LZ_BF16);
+        lz_tensor *b = lz_cast(lz_permute(x, flip), LZ_BF16);
+        lz_tensor *c = lz_cast(lz_permute(x, mix), LZ_BF16);
+        lz_keep(a); lz_keep(b); lz_keep(c);
+        lz_scope_end();
+        end_step(r, s);
+        record_bf16(r, a); record_bf16(r, b); record_bf16(r, c);
+        lz_free(a); lz_free(b); lz_free(c);
+    }
+    lz_free(x);
+}
+
 static void chain_small(run *r) { chain_run(r, 0); }
 static void chain_big(run *r) { chain_run(r, 1); }
 
@@ -329,5 +353,8 @@ int main(void)
        two kernels, where the cast alone would be a third */
     both(chain_sum_cast_run, "bias and gelu read by a sum, then cast to bf16");
     CHECK_EQ_I(last_kernels_on, 2);
+    /* each cast written by its permute: three kernels, not six */
+    both(permute_cast_run, "permutes cast to bf16");
+    CHECK_EQ_I(last_kernels_on, 3);
     return lz_test_done();
 }

@@ -1,6 +1,7 @@
 /* Lowering: one value per graph node, one step per pending node, in
  * post-order; then the passes that take kernels out (shape steps that need
- * none: fold_expand.c, fold_slice_grad.c; fusion: fuse_bn_act.c, fuse.c;
+ * none: fold_expand.c, fold_slice_grad.c; fusion: fuse_bn_act.c,
+ * fold_casts.c, fuse.c;
  * reshapes as views: views.c; the in-place tail: inplace.c), the backend's
  * kernel preparation, and the memory plan (memplan.c), which places the
  * values and the scratch the kernels asked for. */
@@ -105,7 +106,8 @@ lz_executable *lz_compile(const lz_graph *g)
     }
     /* each pass leaves the program whole when it stops for memory */
     void (*const passes[])(lz_program *) = {lz_fold_expands, lz_fold_slice_grads,
-                                            lz_fuse_bn_activation, lz_fuse, lz_plan_views};
+                                            lz_fuse_bn_activation, lz_fold_casts, lz_fuse,
+                                            lz_plan_views};
     for (size_t k = 0; e->sig && k < sizeof passes / sizeof *passes && !e->prog.out_of_memory; k++)
         passes[k](&e->prog);
     e->backend = lz_backend_current();

@@ -9,7 +9,8 @@
  * it, which gives the same mask as z (z > 0 exactly where y > 0; lo < z <
  * hi exactly where lo < y < hi; NaN in both or neither). Under autocast
  * the batch norm also writes the bf16 copy the next convolution reads
- * (fold_casts). Runs before the element-wise fusion pass. */
+ * (fold_casts.c, after this pass). Runs before the element-wise fusion
+ * pass. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,38 +148,9 @@ static void fold_activations(lz_program *p)
     }
 }
 
-/* Autocast: a batch norm whose output (its activation's, once folded) only
-   a cast to bf16 reads, for the next convolution, writes the bf16 values
-   itself; so does a batch norm's gradient that only the cast for the
-   previous convolution's backward reads. The f32 result's write and read
-   go, and the cast's kernel. Last, so that the activations' gradients no
-   longer read the output as a mask where they can recompute it. */
-static void fold_casts(lz_program *p)
-{
-    for (int i = 0; i < p->n_steps; i++) {
-        lz_instr *bn = &p->steps[i];
-        if (bn->op != LZ_OP_BATCH_NORM && bn->op != LZ_OP_BATCH_NORM_GRAD) continue;
-        const int y = bn->out;
-        if (p->values[y].kind != LZ_VALUE_TEMP || p->values[y].dtype != LZ_F32) continue;
-        int cast = -1, readers = 0;
-        for (int j = i + 1; j < p->n_steps; j++)
-            for (int a = 0; a < p->steps[j].n_in; a++)
-                if (p->steps[j].in[a] == y) {
-                    readers++;
-                    cast = j;
-                }
-        if (readers != 1 || p->steps[cast].op != LZ_OP_CAST ||
-            p->values[p->steps[cast].out].dtype != LZ_BF16)
-            continue;
-        bn->out = p->steps[cast].out;
-        remove_step(p, cast);
-    }
-}
-
 void lz_fuse_bn_activation(lz_program *p)
 {
     if (!lz_fusion_enabled()) return;
     fold_activations(p);
     fold_gradients(p);
-    fold_casts(p);
 }

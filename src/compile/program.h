@@ -125,6 +125,10 @@ void lz_fold_slice_grads(lz_program *p);
    output into the batch-norm step (fuse_bn_act.c), unless fusion is off.
    Runs before lz_fuse. */
 void lz_fuse_bn_activation(lz_program *p);
+/* A bf16 cast that alone reads a batch norm's, its gradient's or a
+   permute's result is written by that step (fold_casts.c), unless fusion
+   is off. Runs after lz_fuse_bn_activation, before lz_fuse. */
+void lz_fold_casts(lz_program *p);
 /* Replaces runs of element-wise steps with fused steps, unless fusion is
    off (fuse.c). Runs before the memory plan. */
 void lz_fuse(lz_program *p);

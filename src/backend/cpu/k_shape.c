@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "base/bf16.h"
 
 #define PAR_MIN 32768   /* below this many elements OpenMP costs more than it saves */
 #define TILE 32
@@ -50,8 +51,8 @@ static inline int64_t row_offset(int64_t r, int k, const int64_t *sz, const int6
 
 /* Tiled 2-d transpose inside a gather: axis j is contiguous in the input,
    the last axis contiguous in the output. Other axes are the batch. */
-#define DEFINE_TRANSPOSE(NAME, T)                                                         \
-static void NAME(const T *src, T *dst, int k, const int64_t *sz, const int64_t *st, int j, \
+#define DEFINE_TRANSPOSE(NAME, T, TO, CONV)                                               \
+static void NAME(const T *src, TO *dst, int k, const int64_t *sz, const int64_t *st, int j,\
                  int64_t numel)                                                           \
 {                                                                                         \
     int64_t ost[LZ_MAX_DIMS], osz[LZ_MAX_DIMS], ist[LZ_MAX_DIMS], oos[LZ_MAX_DIMS];       \
@@ -77,35 +78,64 @@ static void NAME(const T *src, T *dst, int k, const int64_t *sz, const int64_t *
         int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;   \
         for (int64_t a = a0; a < a1; a++) {                                               \
             const T *sp = src + si + a;                                                   \
-            T *dp = dst + di + a * oA;                                                    \
-            for (int64_t b = b0; b < b1; b++) dp[b] = sp[b * sB];                         \
+            TO *dp = dst + di + a * oA;                                                   \
+            for (int64_t b = b0; b < b1; b++) dp[b] = CONV(sp[b * sB]);                   \
         }                                                                                 \
     }                                                                                     \
 }
 
-DEFINE_TRANSPOSE(transpose2, uint16_t)
-DEFINE_TRANSPOSE(transpose4, uint32_t)
-DEFINE_TRANSPOSE(transpose8, uint64_t)
+#define SAME(x) (x)
+DEFINE_TRANSPOSE(transpose2, uint16_t, uint16_t, SAME)
+DEFINE_TRANSPOSE(transpose4, uint32_t, uint32_t, SAME)
+DEFINE_TRANSPOSE(transpose8, uint64_t, uint64_t, SAME)
+DEFINE_TRANSPOSE(transpose_to_bf16, float, uint16_t, lz_f32_to_bf16)
 
 /* Any gather without a contiguous input axis (only broadcasts inside). */
-#define DEFINE_GENERIC(NAME, T)                                                           \
-static void NAME(const T *src, T *dst, int k, const int64_t *sz, const int64_t *st,       \
+#define DEFINE_GENERIC(NAME, T, TO, CONV)                                                 \
+static void NAME(const T *src, TO *dst, int k, const int64_t *sz, const int64_t *st,      \
                  int64_t numel)                                                           \
 {                                                                                         \
     const int64_t inner = sz[k - 1], sI = st[k - 1], rows = numel / inner;                \
     _Pragma("omp parallel for schedule(static) if (numel > PAR_MIN)")                     \
     for (int64_t r = 0; r < rows; r++) {                                                  \
         const T *sp = src + row_offset(r, k, sz, st);                                     \
-        T *dp = dst + r * inner;                                                          \
-        for (int64_t i = 0; i < inner; i++) dp[i] = sp[i * sI];                           \
+        TO *dp = dst + r * inner;                                                         \
+        for (int64_t i = 0; i < inner; i++) dp[i] = CONV(sp[i * sI]);                     \
     }                                                                                     \
 }
 
-DEFINE_GENERIC(generic2, uint16_t)
-DEFINE_GENERIC(generic4, uint32_t)
-DEFINE_GENERIC(generic8, uint64_t)
+DEFINE_GENERIC(generic2, uint16_t, uint16_t, SAME)
+DEFINE_GENERIC(generic4, uint32_t, uint32_t, SAME)
+DEFINE_GENERIC(generic8, uint64_t, uint64_t, SAME)
+DEFINE_GENERIC(generic_to_bf16, float, uint16_t, lz_f32_to_bf16)
 
-/* Dense out[...] = in[sum idx[d] * stride[d]] over out's shape. */
+/* The gathers below with float32 in and bf16 out: autocast's cast of a
+   permute's result, folded into the permute (compile/fold_casts.c). */
+static void gather_to_bf16(const float *src, uint16_t *dst, int k, const int64_t *sz,
+                           const int64_t *st, int64_t numel)
+{
+    if (k == 0) {
+        dst[0] = lz_f32_to_bf16(src[0]);
+        return;
+    }
+    const int64_t inner = sz[k - 1], rows = numel / inner;
+    if (st[k - 1] == 1) {
+        LZ_PAR_FOR(numel > PAR_MIN && rows > 1, r, rows, {
+            const float *sp = src + row_offset(r, k, sz, st);
+            uint16_t *dp = dst + r * inner;
+            for (int64_t i = 0; i < inner; i++) dp[i] = lz_f32_to_bf16(sp[i]);
+        });
+        return;
+    }
+    int j = -1;
+    for (int d = 0; d < k - 1; d++)
+        if (st[d] == 1) j = d;
+    if (j >= 0) transpose_to_bf16(src, dst, k, sz, st, j, numel);
+    else generic_to_bf16(src, dst, k, sz, st, numel);
+}
+
+/* Dense out[...] = in[sum idx[d] * stride[d]] over out's shape; es 0:
+   float32 in, bf16 out. */
 static void gather(const void *src, void *dst, size_t es, int nd, const int64_t *shape,
                    const int64_t *stride)
 {
@@ -114,6 +144,10 @@ static void gather(const void *src, void *dst, size_t es, int nd, const int64_t 
     for (int d = 0; d < nd; d++) numel *= shape[d];
     if (numel == 0) return;
     int k = collapse(nd, shape, stride, sz, st);
+    if (es == 0) {
+        gather_to_bf16(src, dst, k, sz, st, numel);
+        return;
+    }
     if (k == 0) {
         memcpy(dst, src, es);
         return;
@@ -161,7 +195,9 @@ static const char *k_permute(const lz_program *p, const lz_instr *s, void *const
         if (pd < 0 || pd >= vi->ndim) return "permute: bad axis in perm";
         stride[d] = istr[pd];
     }
-    gather(ptrs[s->in[0]], ptrs[s->out], elsize(vo), vo->ndim, vo->shape, stride);
+    const int to_bf16 = vi->dtype == LZ_F32 && vo->dtype == LZ_BF16;
+    if (vi->dtype != vo->dtype && !to_bf16) return "permute: no kernel for this dtype change";
+    gather(ptrs[s->in[0]], ptrs[s->out], to_bf16 ? 0 : elsize(vo), vo->ndim, vo->shape, stride);
     return NULL;
 }
 

@@ -1,0 +1,52 @@
+/* Autocast's casts folded into the step that makes their operand. A cast
+ * to bf16 that is the only reader of a step's float32 result, where that
+ * step's kernel can write bf16 itself, goes: the step writes the cast's
+ * result, and the float32 result's write and read go with the cast's
+ * kernel. Such steps: a batch norm or its gradient whose output only the
+ * next convolution's cast reads (backend/cpu/bn_act.h, LZ_BN_TILE floats
+ * rounded at a time), and a permute (attention's heads split for a
+ * product, their gradients merged back): the values are the cast's, bit
+ * for bit. Runs after lz_fuse_bn_activation (a batch norm's activation is
+ * folded first, so its gradients no longer read the output as a mask) and
+ * before lz_fuse; not when fusion is off. */
+#include <stdlib.h>
+
+#include "base/fault.h"
+#include "compile/program.h"
+
+static int writes_bf16(const lz_instr *s)
+{
+    return s->op == LZ_OP_BATCH_NORM || s->op == LZ_OP_BATCH_NORM_GRAD || s->op == LZ_OP_PERMUTE;
+}
+
+void lz_fold_casts(lz_program *p)
+{
+    if (!lz_fusion_enabled() || p->n_steps < 2) return;
+    const size_t nv = (size_t)(p->n_values ? p->n_values : 1);
+    int *reads = lz_host_calloc(nv, sizeof *reads), *made_by = lz_host_malloc(sizeof *made_by * nv);
+    char *drop = lz_host_calloc((size_t)p->n_steps, 1);
+    if (!reads || !made_by || !drop) {   /* the casts stay */
+        free(reads); free(made_by); free(drop);
+        return;
+    }
+    for (int v = 0; v < p->n_values; v++) made_by[v] = -1;
+    for (int i = 0; i < p->n_steps; i++) {
+        made_by[p->steps[i].out] = i;
+        for (int a = 0; a < p->steps[i].n_in; a++) reads[p->steps[i].in[a]]++;
+    }
+    int folded = 0;
+    for (int i = 0; i < p->n_steps; i++) {
+        const lz_instr *c = &p->steps[i];
+        if (c->op != LZ_OP_CAST || c->n_in != 1 || p->values[c->out].dtype != LZ_BF16) continue;
+        const int y = c->in[0], m = made_by[y];
+        if (m < 0 || reads[y] != 1 || p->values[y].kind != LZ_VALUE_TEMP ||
+            p->values[y].dtype != LZ_F32 || !writes_bf16(&p->steps[m]))
+            continue;
+        p->steps[m].out = c->out;
+        made_by[c->out] = m;
+        drop[i] = 1;
+        folded = 1;
+    }
+    if (folded) lz_program_drop_steps(p, drop);
+    free(reads); free(made_by); free(drop);
+}
