@@ -4,9 +4,10 @@
  * with a blocked form: oneDNN's convolutions (each activation on its own;
  * weights plain), batch norm, max and adaptive-average pooling and their
  * gradients, sums and means over all but the channels, concatenations and
- * slices along whole channel blocks, and element-wise steps, fused or not
- * (an operand of another shape, a per-channel bias say, is read plain
- * through the blocked order: lz_order_strides). */
+ * slices along whole channel blocks, and element-wise steps, fused or not,
+ * hardtanh and its gradient among them (an operand of another shape, a
+ * per-channel bias say, is read plain through the blocked order:
+ * lz_order_strides). */
 #include <dnnl.h>
 
 #include "backend/backend.h"
@@ -108,6 +109,14 @@ void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8
         break;
     case LZ_OP_FUSED_ELEMENTWISE:
         fused(p, s, how);
+        break;
+    case LZ_OP_HARDTANH:
+    case LZ_OP_HARDTANH_GRAD:
+        /* element by element (k_nn.c), as the element-wise ops: a ReLU6
+           that no batch norm folded (LZ_FUSION=0) must not turn the
+           layouts around it plain, or the convolutions next to it would
+           run another algorithm than with fusion on */
+        elementwise(p, s, how);
         break;
     default:
         if (lz_op_is_elementwise((lz_op)s->op)) elementwise(p, s, how);
