@@ -6,9 +6,10 @@
  * next convolution's cast reads (backend/cpu/bn_act.h, LZ_BN_TILE floats
  * rounded at a time), and a permute (attention's heads split for a
  * product, or merged back for the output projection, through the reshape
- * between): the values are the cast's, bit for bit. Runs after lz_fuse_bn_activation (a batch norm's activation is
- * folded first, so its gradients no longer read the output as a mask) and
- * before lz_fuse; not when fusion is off. */
+ * between). The values are the cast's, bit for bit. Runs after
+ * lz_fuse_bn_activation (a batch norm's activation is folded first, so its
+ * gradients no longer read the output as a mask) and before lz_fuse; not
+ * when fusion is off. */
 #include <stdlib.h>
 
 #include "base/fault.h"
