@@ -283,8 +283,8 @@ static void chain_sum_cast_run(run *r)
 
 /* Autocast's cast of a permute's result: the permute writes bf16
    (compile/fold_casts.c). Heads split as attention does (rows of 64 move
-   whole), a transpose (the last axis moves: tiles), and one moving a
-   broadcast-free axis of a non-contiguous kind. */
+   whole), the last two axes swapped (tiles), and the contiguous axis
+   moved to the front (tiles, the other axes their batch). */
 static void permute_cast_run(run *r)
 {
     int64_t xs[4] = { 4, 65, 6, 64 };

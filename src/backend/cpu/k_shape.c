@@ -134,17 +134,17 @@ static void gather_to_bf16(const float *src, uint16_t *dst, int k, const int64_t
     else generic_to_bf16(src, dst, k, sz, st, numel);
 }
 
-/* Dense out[...] = in[sum idx[d] * stride[d]] over out's shape; es 0:
-   float32 in, bf16 out. */
-static void gather(const void *src, void *dst, size_t es, int nd, const int64_t *shape,
-                   const int64_t *stride)
+/* Dense out[...] = in[sum idx[d] * stride[d]] over out's shape, elements
+   of es bytes; to_bf16: float32 in, bf16 out (es is the output's, 2). */
+static void gather(const void *src, void *dst, size_t es, int to_bf16, int nd,
+                   const int64_t *shape, const int64_t *stride)
 {
     int64_t sz[LZ_MAX_DIMS], st[LZ_MAX_DIMS];
     int64_t numel = 1;
     for (int d = 0; d < nd; d++) numel *= shape[d];
     if (numel == 0) return;
     int k = collapse(nd, shape, stride, sz, st);
-    if (es == 0) {
+    if (to_bf16) {
         gather_to_bf16(src, dst, k, sz, st, numel);
         return;
     }
@@ -197,7 +197,7 @@ static const char *k_permute(const lz_program *p, const lz_instr *s, void *const
     }
     const int to_bf16 = vi->dtype == LZ_F32 && vo->dtype == LZ_BF16;
     if (vi->dtype != vo->dtype && !to_bf16) return "permute: no kernel for this dtype change";
-    gather(ptrs[s->in[0]], ptrs[s->out], to_bf16 ? 0 : elsize(vo), vo->ndim, vo->shape, stride);
+    gather(ptrs[s->in[0]], ptrs[s->out], elsize(vo), to_bf16, vo->ndim, vo->shape, stride);
     return NULL;
 }
 
@@ -206,7 +206,7 @@ static const char *k_expand(const lz_program *p, const lz_instr *s, void *const 
     const lz_value *vi = &p->values[s->in[0]], *vo = &p->values[s->out];
     int64_t stride[LZ_MAX_DIMS];
     lz_broadcast_strides(vi, vo, stride);
-    gather(ptrs[s->in[0]], ptrs[s->out], elsize(vo), vo->ndim, vo->shape, stride);
+    gather(ptrs[s->in[0]], ptrs[s->out], elsize(vo), 0, vo->ndim, vo->shape, stride);
     return NULL;
 }
 
