@@ -9,7 +9,18 @@
  *   build/conv_dtypes            # best of 5 runs each, ms
  *
  * One line per shape and direction; "f32/bf16" is the faster f32 kernel's
- * time over bf16's (above 1: bf16 is faster). Needs no lazyc: oneDNN only. */
+ * time over bf16's (above 1: bf16 is faster). Needs no lazyc: oneDNN only.
+ *
+ *   build/conv_dtypes --winograd-products
+ *
+ * instead times what a bf16 Winograd F(4x4, 3x3) of lazyc's own would
+ * multiply, for the 3x3 stride-1 shapes: the 36 products [tiles x C] x
+ * [C x O] of the transformed domain as one batched oneDNN matmul, bf16 in
+ * and f32 out against f32, beside oneDNN's whole f32 Winograd forward and
+ * its bf16 direct one, and the least bytes the transforms around the
+ * products would move (input read in f32 and written in bf16 36/16 times
+ * over, output read in f32 36/16 times over and written): the products'
+ * share of what such a kernel could save, not a kernel. */
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +127,61 @@ static double time_conv(const int *L, int bf16, int winograd, int dir, const cha
     return ms;
 }
 
-int main(void)
+/* The 36 domain products of shape L as one batched matmul, best of 5
+   runs after one, ms; -1 where oneDNN has none. */
+static double time_products(const int *L, int bf16)
+{
+    const int64_t tiles = (int64_t)L[0] * ((L[2] + 3) / 4) * ((L[2] + 3) / 4);
+    dnnl_dims_t ad = {36, tiles, L[1]}, bd = {36, L[1], L[3]}, cd = {36, tiles, L[3]};
+    const dnnl_data_type_t in = bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_init_by_tag(&a, 3, ad, in, dnnl_abc);
+    dnnl_memory_desc_init_by_tag(&b, 3, bd, in, dnnl_abc);
+    dnnl_memory_desc_init_by_tag(&c, 3, cd, dnnl_f32, dnnl_abc);
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL) != dnnl_success)
+        return -1;
+    dnnl_primitive_t p;
+    const int made = dnnl_primitive_create(&p, pd) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    if (!made) return -1;
+    dnnl_exec_arg_t arg[3] = {{DNNL_ARG_SRC, zeroed(&a)}, {DNNL_ARG_WEIGHTS, zeroed(&b)},
+                              {DNNL_ARG_DST, zeroed(&c)}};
+    double best = -1;
+    for (int r = 0; arg[0].memory && arg[1].memory && arg[2].memory && r < 6; r++) {
+        const double t = now_ms();
+        if (dnnl_primitive_execute(p, stream, 3, arg) != dnnl_success) break;
+        dnnl_stream_wait(stream);
+        const double d = now_ms() - t;
+        if (r && (best < 0 || d < best)) best = d;
+    }
+    for (int k = 0; k < 3; k++)
+        if (arg[k].memory) dnnl_memory_destroy(arg[k].memory);
+    dnnl_primitive_destroy(p);
+    return best;
+}
+
+static void winograd_products(const int (*shapes)[6], size_t n)
+{
+    printf("%-22s %9s %9s %12s %12s %12s\n", "shape NxCxHxH->O 3x3", "wino ms", "bf16 ms",
+           "f32 prod ms", "bf16 prod ms", "transform MB");
+    for (size_t i = 0; i < n; i++) {
+        const int *L = shapes[i];
+        if (L[4] != 3 || L[5] != 1) continue;
+        const char *iw, *ib;
+        const double w = time_conv(L, 0, 1, FWD, &iw), b = time_conv(L, 1, 0, FWD, &ib);
+        const double pf = time_products(L, 0), pb = time_products(L, 1);
+        const double in = (double)L[0] * L[1] * L[2] * L[2], out = (double)L[0] * L[3] * L[2] * L[2];
+        char shape[32];
+        snprintf(shape, sizeof shape, "%dx%dx%dx%d->%d", L[0], L[1], L[2], L[2], L[3]);
+        printf("%-22s %9.2f %9.2f %12.2f %12.2f %12.1f\n", shape, w, b, pf, pb,
+               (in * (4 + 2.25 * 2) + out * (2.25 * 4 + 4)) / 1e6);
+    }
+}
+
+int main(int argc, char **argv)
 {
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
@@ -128,8 +193,13 @@ int main(void)
         {8, 64, 64, 64, 3, 1},  {8, 128, 32, 128, 3, 1}, {8, 256, 16, 256, 3, 1},
         {8, 512, 8, 512, 3, 1}, {8, 64, 32, 64, 3, 1},   {8, 128, 16, 128, 3, 1},
         {8, 256, 8, 256, 3, 1}, {8, 64, 32, 256, 1, 1},  {8, 256, 32, 64, 1, 1},
-        {8, 512, 8, 128, 1, 1}, {8, 3, 128, 64, 7, 2},
+        {8, 512, 8, 128, 1, 1}, {8, 3, 128, 64, 7, 2},  {8, 64, 128, 64, 3, 1},
+        {8, 512, 16, 512, 3, 1},
     };
+    if (argc > 1 && !strcmp(argv[1], "--winograd-products")) {
+        winograd_products(shapes, sizeof shapes / sizeof shapes[0]);
+        return 0;
+    }
     static const char *dir_name[3] = {"fwd", "bwd_data", "bwd_weights"};
     printf("%-22s %-11s %9s %9s %9s %9s  kernels (f32, winograd, bf16)\n", "shape NxCxHxH->O kxk",
            "direction", "f32 ms", "wino ms", "bf16 ms", "f32/bf16");
