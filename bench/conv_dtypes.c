@@ -44,7 +44,28 @@ static dnnl_memory_t zeroed(const dnnl_memory_desc_t *d)
 
 enum { FWD, BWD_DATA, BWD_WEIGHTS };
 
-/* Best of 5 runs after one, ms; -1 if a memory could not be made. */
+/* Runs p on a[0..n) six times and frees the memories and p: the best of
+   the last five, ms; -1 if one of the first `need` memories could not be
+   made or a run failed. */
+static double time_and_free(dnnl_primitive_t p, dnnl_exec_arg_t *a, int n, int need)
+{
+    int ok = 1;
+    for (int k = 0; k < need; k++) ok &= a[k].memory != NULL;
+    double best = -1;
+    for (int r = 0; ok && r < 6; r++) {
+        const double t = now_ms();
+        if (dnnl_primitive_execute(p, stream, n, a) != dnnl_success) break;
+        dnnl_stream_wait(stream);
+        const double d = now_ms() - t;
+        if (r && (best < 0 || d < best)) best = d;
+    }
+    for (int k = 0; k < n; k++)
+        if (a[k].memory) dnnl_memory_destroy(a[k].memory);
+    dnnl_primitive_destroy(p);
+    return best;
+}
+
+/* One direction's primitive, timed (time_and_free). */
 static double time_pd(dnnl_primitive_desc_t pd, int dir)
 {
     static const dnnl_query_t q[3][3] = {
@@ -57,26 +78,13 @@ static double time_pd(dnnl_primitive_desc_t pd, int dir)
     dnnl_primitive_t p;
     if (dnnl_primitive_create(&p, pd) != dnnl_success) return -1;
     dnnl_exec_arg_t a[4];
-    int ok = 1;
     for (int k = 0; k < 3; k++) {
         a[k].arg = arg[dir][k];
         a[k].memory = zeroed(dnnl_primitive_desc_query_md(pd, q[dir][k], 0));
-        ok &= a[k].memory != NULL;
     }
     a[3].arg = DNNL_ARG_SCRATCHPAD;
     a[3].memory = zeroed(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
-    double best = -1;
-    for (int r = 0; ok && r < 6; r++) {
-        const double t = now_ms();
-        if (dnnl_primitive_execute(p, stream, 4, a) != dnnl_success) break;
-        dnnl_stream_wait(stream);
-        const double d = now_ms() - t;
-        if (r && (best < 0 || d < best)) best = d;
-    }
-    for (int k = 0; k < 4; k++)
-        if (a[k].memory) dnnl_memory_destroy(a[k].memory);
-    dnnl_primitive_destroy(p);
-    return best;
+    return time_and_free(p, a, 4, 3);
 }
 
 /* One direction of one shape (square planes, padding k/2, groups 1):
@@ -149,18 +157,7 @@ static double time_products(const int *L, int bf16)
     if (!made) return -1;
     dnnl_exec_arg_t arg[3] = {{DNNL_ARG_SRC, zeroed(&a)}, {DNNL_ARG_WEIGHTS, zeroed(&b)},
                               {DNNL_ARG_DST, zeroed(&c)}};
-    double best = -1;
-    for (int r = 0; arg[0].memory && arg[1].memory && arg[2].memory && r < 6; r++) {
-        const double t = now_ms();
-        if (dnnl_primitive_execute(p, stream, 3, arg) != dnnl_success) break;
-        dnnl_stream_wait(stream);
-        const double d = now_ms() - t;
-        if (r && (best < 0 || d < best)) best = d;
-    }
-    for (int k = 0; k < 3; k++)
-        if (arg[k].memory) dnnl_memory_destroy(arg[k].memory);
-    dnnl_primitive_destroy(p);
-    return best;
+    return time_and_free(p, arg, 3, 3);
 }
 
 static void winograd_products(const int (*shapes)[6], size_t n)
