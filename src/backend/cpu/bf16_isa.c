@@ -7,19 +7,26 @@
 #include "base/error.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT, told = PTHREAD_ONCE_INIT;
-static int way;
+static int way, amx;
 
 static void find_way(void)
 {
     const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    const unsigned bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    const unsigned bf16 = dnnl_cpu_isa_avx512_core_bf16, tiles = dnnl_cpu_isa_avx512_core_amx;
     way = (isa & bf16) == bf16 ? LZ_BF16_NATIVE : LZ_BF16_WIDENED;
+    amx = (isa & tiles) == tiles;
 }
 
 int lz_cpu_bf16_way(void)
 {
     pthread_once(&once, find_way);
     return way;
+}
+
+int lz_cpu_bf16_amx(void)
+{
+    pthread_once(&once, find_way);
+    return amx;
 }
 
 static void tell(void)

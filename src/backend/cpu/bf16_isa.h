@@ -14,6 +14,13 @@ enum { LZ_BF16_NATIVE, LZ_BF16_WIDENED };
    than float32, its reference code below AVX-512 slower still), and
    autocast keeps convolutions float32 (lz_cpu_conv_f32_faster). */
 int lz_cpu_bf16_way(void);
+/* Whether the native way has AMX tiles. oneDNN 2.6's AMX convolutions
+   read channels-last activations only; on lazyc's channel-blocked ones
+   it runs its AVX512_BF16 kernels, which on a Xeon with AMX took 1.7-3.5x
+   the time of f32 (no faster per instruction there, unlike on AMD Zen 5),
+   while the AMX ones took a third to a tenth of f32's best
+   (docs/performance.md, "bf16 on AMX"). */
+int lz_cpu_bf16_amx(void);
 /* Prints, once per process, the notice of a non-native way. */
 void lz_cpu_bf16_notice(void);
 

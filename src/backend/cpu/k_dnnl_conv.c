@@ -225,10 +225,13 @@ static const char *impl_of(const_dnnl_primitive_desc_t pd)
     return impl;
 }
 
+/* oneDNN's generated kernels: "jit..." and the brgemm-based "brg..."
+   (AMX's convolutions are mostly brgconv), not its reference loops or
+   im2col with a gemm. */
 static int jit_impl(const_dnnl_primitive_desc_t pd)
 {
     const char *impl = impl_of(pd);
-    return strncmp(impl, "jit", 3) == 0 && !strstr(impl, "gemm");
+    return (strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0) && !strstr(impl, "gemm");
 }
 
 /* The primitive desc of the step's direction (NULL if oneDNN has none):
@@ -406,7 +409,11 @@ static int winograd_fits(const conv_descs *d)
    reorders both into blocks and back: 1.5-2.9x slower on mnasnet1_0's
    24/40/72/120-channel layers (docs/performance.md, "bf16 convolutions").
    Where one side fills blocks, the f32 step runs oneDNN too, and bf16 was
-   faster (mobilenet_v2's 24-channel, squeezenet1_1's 48-channel layers). */
+   faster (mobilenet_v2's 24-channel, squeezenet1_1's 48-channel layers).
+
+   With AMX (bf16_isa.h) the Winograd rule is off: AMX's bf16 kernels took
+   a quarter to a third of f32 Winograd's time on the same shapes, the
+   reorders around them included in the whole step (vgg16 1.10x -> 1.4x). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -417,7 +424,7 @@ int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
     if (groups != 1 || !lz_dnnl_conv_enabled()) return 0;
     const int b = lz_cpu_layout_block();
     if (w[2] * w[3] == 1 && b && x[1] % b && w[0] % b) return 1;
-    if (y[2] < 16 || y[3] < 16) return 0;
+    if (y[2] < 16 || y[3] < 16 || lz_cpu_bf16_amx()) return 0;
     const int64_t st[2] = {stride[0], stride[1]}, dil[2] = {dilation[0] - 1, dilation[1] - 1};
     return winograd_shape(x, w, y, 4, st, dil);
 }
@@ -465,6 +472,16 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
     return pd != NULL;
 }
 
+/* Lets oneDNN pick the activations' layouts (x and y); 0 on success. */
+static int ask_any_activations(conv_descs *d)
+{
+    int bad = 0;
+    for (int k = 0; k < 3; k += 2)
+        bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], 4, d->plain[k].dims, d->plain[k].data_type,
+                                            dnnl_format_tag_any) != dnnl_success;
+    return bad;
+}
+
 /* Builds the step's oneDNN primitive into c; 0 on success, else c is left
    without one (no jit kernel, or oneDNN failed). With a blocked operand
    any implementation will do: the other kernels read plain layouts only. */
@@ -477,12 +494,14 @@ static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
     const int block[3] = {X->block, 0, Y->block}, blocked = X->block || Y->block;
     conv_descs d;
     int bad = make_descs(&d, s, X, W, Y, block);
+    /* AMX's kernels take channels-last activations only: a bf16 step asks
+       for oneDNN's layouts and pays a reorder each side (bf16_isa.h) */
+    const int bf16 = X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
+    const int amx = bf16 && lz_cpu_bf16_amx();
+    if (!bad && amx) bad = ask_any_activations(&d);
     dnnl_primitive_desc_t pd = bad ? NULL : descs_pd(op, &d, 1);
-    if (!bad && !pd && blocked) {   /* oneDNN picks every layout; reorders around it */
-        for (int k = 0; k < 3; k += 2)
-            bad |= dnnl_memory_desc_init_by_tag(&d.ask[k], 4, d.plain[k].dims,
-                                                d.plain[k].data_type,
-                                                dnnl_format_tag_any) != dnnl_success;
+    if (!bad && !pd && blocked && !amx) {   /* oneDNN picks every layout; reorders around it */
+        bad = ask_any_activations(&d);
         if (!bad) pd = descs_pd(op, &d, 0);
     }
     bad = bad || !pd;
@@ -754,11 +773,13 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     lz_cpu_bf16_notice();
     /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1
        (jit_bf16, f32 diff weights) ran 10-40x slower than widening to f32
-       for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step) */
+       for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step);
+       AMX's runs on channels-last copies, as fast as its other directions */
     const lz_value *X, *W, *Y;
     conv_operands(p, s, &X, &W, &Y);
     const int blocked = X->block || Y->block;   /* only a primitive reads them */
-    const int slow = !blocked && s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
+    const int slow = !blocked && !lz_cpu_bf16_amx() && s->op == LZ_OP_CONV2D_GRAD_WEIGHT &&
+                     W->shape[2] * W->shape[3] > 1;
     if (!slow && lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
