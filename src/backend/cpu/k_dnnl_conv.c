@@ -411,9 +411,15 @@ static int winograd_fits(const conv_descs *d)
    Where one side fills blocks, the f32 step runs oneDNN too, and bf16 was
    faster (mobilenet_v2's 24-channel, squeezenet1_1's 48-channel layers).
 
-   With AMX (bf16_isa.h) the Winograd rule is off: AMX's bf16 kernels took
-   a quarter to a third of f32 Winograd's time on the same shapes, the
-   reorders around them included in the whole step (vgg16 1.10x -> 1.4x). */
+   With AMX (bf16_isa.h), oneDNN's bf16 convolutions run on channels-last
+   copies of lazyc's activations, a reorder each side, and the rules are
+   others (build/conv_dtypes's "amx" and "+reord" columns; Xeon with AMX,
+   2 cores): 3x3 ones take bf16 whatever their plane (AMX and its reorders
+   0.14-0.83x f32 Winograd's time); 1x1 ones stay f32 (AMX and its reorders
+   about f32's time over the three directions, the reorders of every step
+   with colder caches in a model: mobilenet_v2's bf16 step 0.80x -> 1.03x
+   f32's); grouped and depthwise ones stay f32 (oneDNN has no AMX kernel
+   for them, and its AVX512_BF16 ones are slower than f32 on that CPU). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -421,10 +427,12 @@ int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
         lz_cpu_bf16_notice();
         return 1;
     }
-    if (groups != 1 || !lz_dnnl_conv_enabled()) return 0;
+    if (!lz_dnnl_conv_enabled()) return 0;
+    if (lz_cpu_bf16_amx()) return groups != 1 || w[2] * w[3] == 1;
+    if (groups != 1) return 0;
     const int b = lz_cpu_layout_block();
     if (w[2] * w[3] == 1 && b && x[1] % b && w[0] % b) return 1;
-    if (y[2] < 16 || y[3] < 16 || lz_cpu_bf16_amx()) return 0;
+    if (y[2] < 16 || y[3] < 16) return 0;
     const int64_t st[2] = {stride[0], stride[1]}, dil[2] = {dilation[0] - 1, dilation[1] - 1};
     return winograd_shape(x, w, y, 4, st, dil);
 }
@@ -774,12 +782,11 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1
        (jit_bf16, f32 diff weights) ran 10-40x slower than widening to f32
        for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step);
-       AMX's runs on channels-last copies, as fast as its other directions */
+       with AMX, ViT's 16x16 patch embedding's took 9.8 ms against 1.6 */
     const lz_value *X, *W, *Y;
     conv_operands(p, s, &X, &W, &Y);
     const int blocked = X->block || Y->block;   /* only a primitive reads them */
-    const int slow = !blocked && !lz_cpu_bf16_amx() && s->op == LZ_OP_CONV2D_GRAD_WEIGHT &&
-                     W->shape[2] * W->shape[3] > 1;
+    const int slow = !blocked && s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
     if (!slow && lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
