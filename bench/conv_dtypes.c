@@ -9,7 +9,10 @@
  *   build/conv_dtypes            # best of 5 runs each, ms
  *
  * One line per shape and direction; "f32/bf16" is the faster f32 kernel's
- * time over bf16's (above 1: bf16 is faster). Needs no lazyc: oneDNN only.
+ * time over bf16's (above 1: bf16 is faster). Where oneDNN has AMX, also
+ * its channels-last bf16 kernel ("amx") and the reorders that step adds
+ * between lazyc's layouts and nhwc ("+reord"); "f32/bf16" then takes the
+ * faster bf16 way. Needs no lazyc: oneDNN only.
  *
  *   build/conv_dtypes --winograd-products
  *
@@ -87,23 +90,31 @@ static double time_pd(dnnl_primitive_desc_t pd, int dir)
     return time_and_free(p, a, 4, 3);
 }
 
+/* The layout lazyc keeps an activation of c channels in: channel-blocked,
+   an image's 3 channels plain. */
+static dnnl_format_tag_t kept_tag(int c) { return c % 16 ? dnnl_nchw : dnnl_nChw16c; }
+
 /* One direction of one shape (square planes, padding k/2, groups 1):
-   ms, and the implementation's name; -1 where oneDNN has none. */
-static double time_conv(const int *L, int bf16, int winograd, int dir, const char **impl)
+   ms, and the implementation's name; -1 where oneDNN has none.
+   channels_last: the activations in nhwc (AMX's kernels take no other),
+   else as lazyc keeps them. */
+static double time_conv(const int *L, int bf16, int winograd, int dir, int channels_last,
+                        const char **impl)
 {
     const int N = L[0], C = L[1], H = L[2], O = L[3], k = L[4], s = L[5], pad = k / 2;
     const int OH = (H + 2 * pad - k) / s + 1;
     dnnl_dims_t xd = {N, C, H, H}, wd = {O, C, k, k}, yd = {N, O, OH, OH};
     dnnl_dims_t st = {s, s}, pd_ = {pad, pad};
     const dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
-    const dnnl_format_tag_t act = C % 16 ? dnnl_nchw : dnnl_nChw16c;   /* an image stays plain */
+    const dnnl_format_tag_t xt = channels_last ? dnnl_nhwc : kept_tag(C),
+                            yt = channels_last ? dnnl_nhwc : kept_tag(O);
     dnnl_memory_desc_t x, w, y, xf, wf, yf;
-    dnnl_memory_desc_init_by_tag(&x, 4, xd, lo, act);
+    dnnl_memory_desc_init_by_tag(&x, 4, xd, lo, xt);
     dnnl_memory_desc_init_by_tag(&w, 4, wd, lo, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&y, 4, yd, lo, dnnl_nChw16c);
-    dnnl_memory_desc_init_by_tag(&xf, 4, xd, dnnl_f32, act);   /* what autocast gets back */
+    dnnl_memory_desc_init_by_tag(&y, 4, yd, lo, yt);
+    dnnl_memory_desc_init_by_tag(&xf, 4, xd, dnnl_f32, xt);   /* what autocast gets back */
     dnnl_memory_desc_init_by_tag(&wf, 4, wd, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&yf, 4, yd, dnnl_f32, dnnl_nChw16c);
+    dnnl_memory_desc_init_by_tag(&yf, 4, yd, dnnl_f32, yt);
     const dnnl_alg_kind_t alg = winograd ? dnnl_convolution_winograd : dnnl_convolution_direct;
     dnnl_convolution_desc_t fd, bd;
     dnnl_primitive_desc_t fpd = NULL, pd = NULL;
@@ -133,6 +144,36 @@ static double time_conv(const int *L, int bf16, int winograd, int dir, const cha
     const double ms = time_pd(pd, dir);
     dnnl_primitive_desc_destroy(pd);
     return ms;
+}
+
+/* One reorder of an activation of dims d and type t, from lazyc's layout
+   to nhwc (to_nhwc) or back, best of 5, ms. */
+static double time_reorder(const dnnl_dims_t d, dnnl_data_type_t t, int to_nhwc)
+{
+    dnnl_memory_desc_t kept, cl;
+    dnnl_memory_desc_init_by_tag(&kept, 4, d, t, kept_tag((int)d[1]));
+    dnnl_memory_desc_init_by_tag(&cl, 4, d, t, dnnl_nhwc);
+    const dnnl_memory_desc_t *from = to_nhwc ? &kept : &cl, *to = to_nhwc ? &cl : &kept;
+    dnnl_primitive_desc_t rpd;
+    if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success)
+        return -1;
+    dnnl_primitive_t p;
+    const int made = dnnl_primitive_create(&p, rpd) == dnnl_success;
+    dnnl_primitive_desc_destroy(rpd);
+    if (!made) return -1;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, zeroed(from)}, {DNNL_ARG_TO, zeroed(to)}};
+    return time_and_free(p, a, 2, 2);
+}
+
+/* The reorders a channels-last bf16 step adds to lazyc's layouts: its bf16
+   activations in, its f32 one (forward, grad input) out, ms. */
+static double channels_last_reorders(const int *L, int dir)
+{
+    const int pad = L[4] / 2, OH = (L[2] + 2 * pad - L[4]) / L[5] + 1;
+    const dnnl_dims_t xd = {L[0], L[1], L[2], L[2]}, yd = {L[0], L[3], OH, OH};
+    if (dir == FWD) return time_reorder(xd, dnnl_bf16, 1) + time_reorder(yd, dnnl_f32, 0);
+    if (dir == BWD_DATA) return time_reorder(yd, dnnl_bf16, 1) + time_reorder(xd, dnnl_f32, 0);
+    return time_reorder(xd, dnnl_bf16, 1) + time_reorder(yd, dnnl_bf16, 1);
 }
 
 /* The 36 domain products of shape L as one batched matmul, best of 5
@@ -168,7 +209,7 @@ static void winograd_products(const int (*shapes)[6], size_t n)
         const int *L = shapes[i];
         if (L[4] != 3 || L[5] != 1) continue;
         const char *iw, *ib;
-        const double w = time_conv(L, 0, 1, FWD, &iw), b = time_conv(L, 1, 0, FWD, &ib);
+        const double w = time_conv(L, 0, 1, FWD, 0, &iw), b = time_conv(L, 1, 0, FWD, 0, &ib);
         const double pf = time_products(L, 0), pb = time_products(L, 1);
         const double in = (double)L[0] * L[1] * L[2] * L[2], out = (double)L[0] * L[3] * L[2] * L[2];
         char shape[32];
@@ -198,22 +239,35 @@ int main(int argc, char **argv)
         return 0;
     }
     static const char *dir_name[3] = {"fwd", "bwd_data", "bwd_weights"};
-    printf("%-22s %-11s %9s %9s %9s %9s  kernels (f32, winograd, bf16)\n", "shape NxCxHxH->O kxk",
-           "direction", "f32 ms", "wino ms", "bf16 ms", "f32/bf16");
+    const int amx = ((unsigned)dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_amx) ==
+                    dnnl_cpu_isa_avx512_core_amx;
+    printf("%-22s %-11s %8s %8s %8s %8s %8s %8s  kernels (f32, winograd, bf16%s)\n",
+           "shape NxCxHxH->O kxk", "direction", "f32 ms", "wino ms", "bf16 ms", amx ? "amx ms" : "",
+           amx ? "+reord" : "", "f32/bf16", amx ? ", amx" : "");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int dir = 0; dir < 3; dir++) {
             const int *L = shapes[i];
             if (dir == BWD_DATA && L[1] % 16) continue;   /* no gradient for an image */
-            const char *i32, *iw, *ib;
-            const double f = time_conv(L, 0, 0, dir, &i32);
-            const double w = time_conv(L, 0, 1, dir, &iw);
-            const double b = time_conv(L, 1, 0, dir, &ib);
+            const char *i32, *iw, *ib, *ia = "";
+            const double f = time_conv(L, 0, 0, dir, 0, &i32);
+            const double w = time_conv(L, 0, 1, dir, 0, &iw);
+            const double b = time_conv(L, 1, 0, dir, 0, &ib);
+            /* with AMX: its channels-last kernel and the reorders to and
+               from lazyc's layouts, the way autocast runs there */
+            const double a = amx ? time_conv(L, 1, 0, dir, 1, &ia) : -1;
+            const double r = a > 0 ? channels_last_reorders(L, dir) : -1;
+            const double bf = a > 0 && r >= 0 && (b < 0 || a + r < b) ? a + r : b;
             const double best = w > 0 && w < f ? w : f;
-            char shape[32];
+            char shape[32], am[2][16] = {"", ""};
             snprintf(shape, sizeof shape, "%dx%dx%dx%d->%d %dx%d", L[0], L[1], L[2], L[2], L[3],
                      L[4], L[4]);
-            printf("%-22s %-11s %9.2f %9.2f %9.2f %9.2f  %s, %s, %s\n", shape, dir_name[dir], f, w,
-                   b, b > 0 ? best / b : 0.0, i32, iw, ib);
+            if (amx) {
+                snprintf(am[0], sizeof am[0], "%8.2f", a);
+                snprintf(am[1], sizeof am[1], "%8.2f", r);
+            }
+            printf("%-22s %-11s %8.2f %8.2f %8.2f %8s %8s %8.2f  %s, %s, %s%s%s\n", shape,
+                   dir_name[dir], f, w, b, am[0], am[1], bf > 0 ? best / bf : 0.0, i32,
+                   iw, ib, amx ? ", " : "", ia);
         }
     dnnl_stream_destroy(stream);
     dnnl_engine_destroy(engine);
