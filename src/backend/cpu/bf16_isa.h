@@ -18,8 +18,8 @@ int lz_cpu_bf16_way(void);
    read channels-last activations only; on lazyc's channel-blocked ones
    it runs its AVX512_BF16 kernels, which on a Xeon with AMX took 1.7-3.5x
    the time of f32 (no faster per instruction there, unlike on AMD Zen 5),
-   while the AMX ones took a third to a tenth of f32's best
-   (docs/performance.md, "bf16 on AMX"). */
+   while the AMX ones, reorders aside, took 0.13-0.67 of f32's best on
+   3x3 layers (docs/performance.md, "bf16 on AMX"). */
 int lz_cpu_bf16_amx(void);
 /* Prints, once per process, the notice of a non-native way. */
 void lz_cpu_bf16_notice(void);

@@ -415,10 +415,10 @@ static int winograd_fits(const conv_descs *d)
    copies of lazyc's activations, a reorder each side, and the rules are
    others (build/conv_dtypes's "amx" and "+reord" columns; Xeon with AMX,
    2 cores): 3x3 ones take bf16 whatever their plane (AMX and its reorders
-   0.14-0.83x f32 Winograd's time); 1x1 ones stay f32 (AMX and its reorders
-   about f32's time over the three directions, the reorders of every step
-   with colder caches in a model: mobilenet_v2's bf16 step 0.80x -> 1.03x
-   f32's); grouped and depthwise ones stay f32 (oneDNN has no AMX kernel
+   0.14-0.83x f32's best, Winograd or not); 1x1 ones stay f32 (AMX and its
+   reorders about f32's time over the three directions, the reorders of
+   every step with colder caches in a model: mobilenet_v2's bf16 step
+   0.80x -> 1.03x f32's); grouped and depthwise ones stay f32 (oneDNN has no AMX kernel
    for them, and its AVX512_BF16 ones are slower than f32 on that CPU). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
