@@ -320,6 +320,12 @@ static int conv_operands(const lz_program *p, const lz_instr *s, const lz_value 
     return s->iattr[6] >= 1;
 }
 
+/* An autocast step: some operand of the convolution is bf16. */
+static int any_bf16(const lz_value *X, const lz_value *W, const lz_value *Y)
+{
+    return X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
+}
+
 /* The channel-blocked tag of block b (lz_value.block), or 0. */
 static dnnl_format_tag_t blocked_tag(int b)
 {
@@ -418,8 +424,9 @@ static int winograd_fits(const conv_descs *d)
    0.14-0.83x f32's best, Winograd or not); 1x1 ones stay f32 (AMX and its
    reorders about f32's time over the three directions, the reorders of
    every step with colder caches in a model: mobilenet_v2's bf16 step
-   0.80x -> 1.03x f32's); grouped and depthwise ones stay f32 (oneDNN has no AMX kernel
-   for them, and its AVX512_BF16 ones are slower than f32 on that CPU). */
+   0.80x -> 1.03x f32's); grouped and depthwise ones stay f32 (oneDNN has
+   no AMX kernel for them, and its AVX512_BF16 ones are slower than f32 on
+   that CPU). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -467,8 +474,7 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
     if (!lz_dnnl_conv_enabled() || !conv_operands(p, s, &X, &W, &Y)) return 0;
     /* bf16 operands only where oneDNN has bf16 kernels: widened ones run
        k_conv.c, which reads plain layouts */
-    const int bf16 = X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
-    if (bf16 && lz_cpu_bf16_way() == LZ_BF16_WIDENED) return 0;
+    if (any_bf16(X, W, Y) && lz_cpu_bf16_way() == LZ_BF16_WIDENED) return 0;
     /* an image's 3 channels stay plain; the first conv's output need not */
     const int block[3] = {X->shape[1] % b ? 0 : b, 0, Y->shape[1] % b ? 0 : b};
     if ((!block[0] && !block[2]) || !take_engine()) return 0;
@@ -504,8 +510,7 @@ static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
     int bad = make_descs(&d, s, X, W, Y, block);
     /* AMX's kernels take channels-last activations only: a bf16 step asks
        for oneDNN's layouts and pays a reorder each side (bf16_isa.h) */
-    const int bf16 = X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
-    const int amx = bf16 && lz_cpu_bf16_amx();
+    const int amx = any_bf16(X, W, Y) && lz_cpu_bf16_amx();
     if (!bad && amx) bad = ask_any_activations(&d);
     dnnl_primitive_desc_t pd = bad ? NULL : descs_pd(op, &d, 1);
     if (!bad && !pd && blocked && !amx) {   /* oneDNN picks every layout; reorders around it */
@@ -802,7 +807,7 @@ static void *conv_prepare(const lz_program *p, const lz_instr *s)
 {
     const lz_value *X, *W, *Y;
     if (!conv_operands(p, s, &X, &W, &Y)) return NULL;
-    if (X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16) return prepare_bf16(p, s);
+    if (any_bf16(X, W, Y)) return prepare_bf16(p, s);
     const lz_op op = (lz_op)s->op;
     const int64_t G = s->iattr[6], Cg = X->shape[1] / G, taps = W->shape[2] * W->shape[3];
     const int mode = lz_dnnl_conv_enabled(), depthwise = Cg == 1 && G > 1;
