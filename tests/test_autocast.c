@@ -253,18 +253,18 @@ static void conv_under_autocast(const int64_t *sx, const int64_t *sw, int pad, i
    blocks takes bf16 where it is native. Without oneDNN's convolutions
    (LZ_DNNL_CONV=0), or for the 3x3 one without Winograd (LZ_WINOGRAD=0),
    float32 is not the faster way and both take bf16 where it is native.
-   With AMX tiles the 3x3 one takes bf16, and both 1x1 ones and a
-   depthwise one stay float32 (k_dnnl_conv.c); without, the depthwise one
-   takes bf16. */
+   With AMX tiles (on channels-last activations) the 3x3 and both 1x1
+   ones take bf16, and a depthwise one stays float32 (k_dnnl_conv.c);
+   without, the depthwise one takes bf16. */
 static void convs_kept_f32(int native)
 {
     const int onednn = lz_dnnl_conv_enabled(), amx = lz_cpu_bf16_amx();
     const int64_t wx[4] = {2, 32, 32, 32}, ww[4] = {32, 32, 3, 3};
     conv_under_autocast(wx, ww, 1, 1, !native || (onednn && lz_winograd_enabled() && !amx));
     const int64_t px[4] = {2, 24, 8, 8}, pw[4] = {40, 24, 1, 1};
-    conv_under_autocast(px, pw, 0, 1, !native || onednn);
+    conv_under_autocast(px, pw, 0, 1, !native || (onednn && !amx));
     const int64_t bx[4] = {2, 24, 8, 8}, bw[4] = {32, 24, 1, 1};
-    conv_under_autocast(bx, bw, 0, 1, !native || (onednn && amx));
+    conv_under_autocast(bx, bw, 0, 1, !native);
     const int64_t dx[4] = {2, 32, 8, 8}, dw[4] = {32, 1, 3, 3};   /* depthwise */
     conv_under_autocast(dx, dw, 1, 32, !native || (onednn && amx));
 }

@@ -30,7 +30,11 @@
 
 enum { OP_EITHER = 1, OP_STEP = 2, OP_PLAIN = 3 };   /* a made-up backend's ops */
 
-static int fake_block(void) { return 8; }
+static int fake_block(const lz_program *p)
+{
+    (void)p;
+    return 8;
+}
 
 static void fake_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how)
 {
@@ -153,7 +157,7 @@ static void check_pass_rules(void)
 /* ---- a small residual CNN on the CPU backend --------------------------- */
 
 typedef struct net {
-    lz_tensor *x, *y, *w1, *c1, *g1, *b1, *w2, *g2, *b2, *sc, *sh, *fc, *fcb;
+    lz_tensor *x, *y, *w1, *c1, *g1, *b1, *w2, *g2, *b2, *sc, *sh, *w3, *fc, *fcb;
 } net;
 
 static lz_tensor *param(unsigned seed, float scale, int ndim, const int64_t *shape)
@@ -176,6 +180,8 @@ static void net_init(net *n)
     const int64_t per_channel[4] = {1, 64, 1, 1};
     n->sc = param(11, 1, 4, per_channel);
     n->sh = param(12, 0.5f, 4, per_channel);
+    const int64_t w3[4] = {64, 64, 1, 1};
+    n->w3 = param(13, 0.12f, 4, w3);
     n->g1 = param(4, 1, 1, c);
     n->b1 = param(5, 0.2f, 1, c);
     n->g2 = param(6, 1, 1, c);
@@ -194,7 +200,7 @@ static void net_free(net *n)
    -bn-relu, max pool, conv-bn + the pooled input, relu, that and the
    pooled input side by side (a concatenation of channels; slices back),
    a per-channel scale and shift with a ReLU (one fused step reading two
-   broadcast operands), global pool, linear, cross entropy */
+   broadcast operands), a 1x1 conv, global pool, linear, cross entropy */
 static lz_tensor *net_loss(net *n)
 {
     const lz_conv2d_opts pad1 = {.padding = {1, 1}};
@@ -206,15 +212,18 @@ static lz_tensor *net_loss(net *n)
                                  0.1f, 1e-5f);
     lz_tensor *both[2] = {lz_relu(lz_add(r, h)), h};
     h = lz_relu(lz_add(lz_mul(lz_cat(both, 2, 1), n->sc), n->sh));
+    h = lz_conv2d(h, n->w3, NULL, (lz_conv2d_opts){0});
     const int64_t flat[2] = {4, 64};
     h = lz_reshape(lz_adaptive_avg_pool2d(h, 1, 1), 2, flat);
     return lz_cross_entropy(lz_linear(h, n->fc, n->fcb), n->y);
 }
 
+#define NRES 13   /* the loss and 12 gradients */
+
 typedef struct outcome {
-    float v[12][9216];
-    int64_t n[12];
-    int blocked, blocked_bf16, boundary_ok, execs, compiles;
+    float v[NRES][9216];
+    int64_t n[NRES];
+    int blocked, blocked_bf16, blocked_nhwc, cat_nhwc, boundary_ok, execs, compiles;
 } outcome;
 
 /* One training step's loss and gradients, compiled afresh, blocked
@@ -236,13 +245,14 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
     if (bf16) CHECK(lz_autocast_end() == 0);
     CHECK(lz_backward(loss) == 0);
     lz_scope_end();
-    lz_tensor *read[12] = {loss,          lz_grad(n.w1), lz_grad(n.c1), lz_grad(n.g1),
-                           lz_grad(n.b1), lz_grad(n.w2), lz_grad(n.g2), lz_grad(n.b2),
-                           lz_grad(n.sc), lz_grad(n.sh), lz_grad(n.fc), lz_grad(n.fcb)};
-    lz_node *roots[12];
-    for (int i = 0; i < 12; i++) roots[i] = read[i]->node;
+    lz_tensor *read[NRES] = {loss,          lz_grad(n.w1), lz_grad(n.c1), lz_grad(n.g1),
+                             lz_grad(n.b1), lz_grad(n.w2), lz_grad(n.g2), lz_grad(n.b2),
+                             lz_grad(n.sc), lz_grad(n.sh), lz_grad(n.w3), lz_grad(n.fc),
+                             lz_grad(n.fcb)};
+    lz_node *roots[NRES];
+    for (int i = 0; i < NRES; i++) roots[i] = read[i]->node;
     lz_graph g;
-    lz_graph_cut(&g, roots, 12);
+    lz_graph_cut(&g, roots, NRES);
     lz_executable *e = lz_compile(&g);
     CHECK(e != NULL);
     o->boundary_ok = 1;
@@ -250,14 +260,20 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
         const lz_value *val = &e->prog.values[v];
         o->blocked += val->block != 0;
         o->blocked_bf16 += val->block != 0 && val->dtype == LZ_BF16;
+        o->blocked_nhwc += val->block != 0 && val->block == val->shape[1];
         if (val->block && val->kind != LZ_VALUE_TEMP) o->boundary_ok = 0;
+    }
+    for (int i = 0; e && i < e->prog.n_steps; i++) {
+        const lz_instr *st = &e->prog.steps[i];
+        const lz_value *out = &e->prog.values[st->out];
+        o->cat_nhwc |= st->op == LZ_OP_CAT && out->block > 16 && out->block == out->shape[1];
     }
     if (e) lz_cache_insert(e);
     lz_executable_unref(e);
     lz_graph_release(&g);
     lz_metrics m0 = lz_metrics_get();
-    CHECK(lz_sync(read, 12, 1) == 0);   /* cuts the graph of read[], as above */
-    for (int i = 0; i < 12; i++) {
+    CHECK(lz_sync(read, NRES, 1) == 0);   /* cuts the graph of read[], as above */
+    for (int i = 0; i < NRES; i++) {
         o->n[i] = lz_numel(read[i]);
         CHECK(o->n[i] <= 9216);
         CHECK(lz_to_host(read[i], o->v[i], sizeof(float) * (size_t)o->n[i]) == 0);
@@ -277,7 +293,7 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
    rounding. */
 static void check_same(const outcome *b, const outcome *plain, double tol, const char *what)
 {
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < NRES; i++) {
         CHECK_EQ_I(b->n[i], plain->n[i]);
         double scale = 0;
         for (int64_t k = 0; k < plain->n[i]; k++)
@@ -313,6 +329,17 @@ static void check_cnn_step(void)
         CHECK_EQ_I(b->compiles, 0);
         check_same(b, &plain, 1e-5, fusion ? "fused" : "unfused");
     }
+    /* channels-last (LZ_BLOCKED=nhwc; AMX's bf16 steps get it by default):
+       the same values go blocked, each with its channel count as its block,
+       the concatenation and its slices back among them */
+    static outcome nhwc;
+    run_step(LZ_BLOCKED_NHWC, 1, 0, &nhwc);
+    CHECK(nhwc.blocked >= 12);
+    CHECK_EQ_I(nhwc.blocked_nhwc, nhwc.blocked);
+    CHECK(nhwc.cat_nhwc);
+    CHECK(nhwc.boundary_ok);
+    CHECK_EQ_I(nhwc.execs, 1);
+    check_same(&nhwc, &plain, 1e-5, "channels-last");
 }
 
 /* The same step under autocast: both convolutions' bf16 activations (x
@@ -337,6 +364,14 @@ static void check_cnn_step_bf16(void)
         CHECK(blocked.blocked_bf16 >= 3);
     }
     check_same(&blocked, &plain, 1e-4, "bf16");
+    /* channels-last, AMX's default (its 1x1 weight gradient one matrix
+       product, k_dnnl_conv.c), on any CPU with native bf16 */
+    if (lz_cpu_bf16_way() == LZ_BF16_WIDENED) return;
+    static outcome nhwc;
+    run_step(LZ_BLOCKED_NHWC, 1, 1, &nhwc);
+    CHECK(nhwc.blocked_bf16 >= 3);
+    CHECK_EQ_I(nhwc.blocked_nhwc, nhwc.blocked);
+    check_same(&nhwc, &plain, 1e-4, "bf16 channels-last");
 }
 
 int main(void)

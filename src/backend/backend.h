@@ -14,6 +14,10 @@
 struct lz_program;
 struct lz_instr;
 
+/* lz_backend.layout_block's channels-last: a value's block is its channel
+   count, so [N, C/b, H, W, b] is [N, 1, H, W, C] */
+#define LZ_BLOCK_CHANNELS_LAST (-1)
+
 typedef struct lz_backend_exec lz_backend_exec;
 
 typedef struct lz_backend {
@@ -37,10 +41,11 @@ typedef struct lz_backend {
     void  (*ready)(lz_backend_exec *e, void *arena, size_t arena_bytes);
     void  (*release)(lz_backend_exec *e);
     /* Blocked layouts (compile/layout_plan.c), both optional: the channel block
-       of the backend's kernels (0: plain layouts only), and how step s's
-       kernel takes each value under block b (LZ_TAKES_*): how[k] for
-       s->in[k], how[s->n_in] for its output(s). */
-    int   (*layout_block)(void);
+       of the backend's kernels for program p (0: plain layouts only;
+       LZ_BLOCK_CHANNELS_LAST: each value's own channel count, NHWC), and
+       how step s's kernel takes each value under block b (LZ_TAKES_*):
+       how[k] for s->in[k], how[s->n_in] for its output(s). */
+    int   (*layout_block)(const struct lz_program *p);
     void  (*operand_layouts)(const struct lz_program *p, const struct lz_instr *s, int b,
                              uint8_t *how);
     /* Returns memory the backend keeps for reuse to the system (lz_shutdown). */

@@ -22,7 +22,7 @@
 #define LZ_SETTINGS(X) \
     X(EAGER,          BOOL,   "0",    0, 1, NULL, "1: every op executes as soon as it is recorded (lz_set_eager overrides)") \
     X(FUSION,         BOOL,   "1",    0, 1, NULL, "0: no fusion of element-wise chains and batch norm with its activation") \
-    X(BLOCKED,        BOOL,   "1",    0, 1, NULL, "0: no blocked (channel-packed) layouts between oneDNN convolutions") \
+    X(BLOCKED,        CHOICE, "1",    0, 0, "0|1|nhwc", "layouts between oneDNN convolutions: 0 plain, 1 the backend's (channel blocks; channels-last for bf16 on AMX), nhwc: channels-last everywhere") \
     X(WINOGRAD,       BOOL,   "1",    0, 1, NULL, "0: no 3x3 convolution by Winograd's algorithm (direct kernels only)") \
     X(DNNL_CONV,      CHOICE, "1",    0, 0, "0|1|2|tune", "oneDNN convolutions: 0 never, 1 where they measured faster, 2 wherever oneDNN has a jit kernel, tune: time each shape once and keep the choice (see LZ_CONV_CACHE)") \
     X(CONV_CACHE,     BOOL,   "1",    0, 1, NULL, "0: the choices LZ_DNNL_CONV=tune times are kept for the process only, not in ${XDG_CACHE_HOME:-~/.cache}/lazyc") \

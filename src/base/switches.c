@@ -23,7 +23,7 @@ static int switch_on(pass_switch *s)
     return s->from_env;
 }
 
-static void switch_set(pass_switch *s, int on) { s->forced = on < 0 ? -1 : !!on; }
+static void switch_set(pass_switch *s, int on) { s->forced = on < 0 ? -1 : on; }
 
 int  lz_fusion_enabled(void) { return switch_on(&fusion); }
 void lz_fusion_set(int on) { switch_set(&fusion, on); }

@@ -12,6 +12,9 @@
    environment (read once) turn them off; the _set functions override
    that (1 on, 0 off, -1 back to the environment) for tests and
    benchmarks. Executables already compiled keep their steps. */
+/* LZ_BLOCKED=nhwc: lz_blocked_layouts_enabled() gives LZ_BLOCKED_NHWC
+   (channels-last wherever values go blocked), also a value for _set */
+#define LZ_BLOCKED_NHWC 2
 int  lz_blocked_layouts_enabled(void);
 void lz_blocked_layouts_set(int on);
 int  lz_fusion_enabled(void);

@@ -13,10 +13,14 @@
  * The backend says, per step, how its kernel takes each value
  * (lz_backend.operand_layouts): plain only, in the step's one layout (an
  * element-wise step reads its operands in the order it writes), or either
- * independently (a convolution). Candidates start as every eligible
+ * independently (a convolution). b may also be LZ_BLOCK_CHANNELS_LAST:
+ * then a blocked value's block is its own channel count, [N, 1, H, W, C],
+ * channels-last (what AMX's convolutions take), and the kernels are
+ * asked with that b. Candidates start as every eligible
  * temporary; a value loses candidacy when a step needs it plain, or when a
  * step needs it in the layout of another of its values that lost it. That
  * runs to a fixed point: only removals, so it ends. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,15 +34,28 @@ static int is_4d_float(const lz_value *v)
     return (v->dtype == LZ_F32 || v->dtype == LZ_BF16) && v->ndim == 4;
 }
 
+/* v's block under b: b, or its channels when b is channels-last */
+static int64_t block_of(const lz_value *v, int b)
+{
+    return b == LZ_BLOCK_CHANNELS_LAST ? v->shape[1] : b;
+}
+
+/* Whether v's channels fill whole blocks (and fit lz_value.block) */
+static int fills_blocks(const lz_value *v, int b)
+{
+    const int64_t vb = block_of(v, b);
+    return vb > 0 && vb <= UINT16_MAX && v->shape[1] % vb == 0;
+}
+
 /* Same bytes in both layouts: one pixel a channel (a global pool's output). */
 static int neutral(const lz_value *v, int b)
 {
-    return is_4d_float(v) && v->shape[2] * v->shape[3] == 1 && v->shape[1] % b == 0;
+    return is_4d_float(v) && v->shape[2] * v->shape[3] == 1 && fills_blocks(v, b);
 }
 
 static int eligible(const lz_value *v, int b)
 {
-    return v->kind == LZ_VALUE_TEMP && is_4d_float(v) && v->shape[1] % b == 0 &&
+    return v->kind == LZ_VALUE_TEMP && is_4d_float(v) && fills_blocks(v, b) &&
            v->shape[2] * v->shape[3] > 1;
 }
 
@@ -86,8 +103,8 @@ static int drop_candidates(const lz_program *p, uint8_t *const *how, char *cand,
 void lz_plan_layouts(lz_program *p, const lz_backend *be)
 {
     if (!lz_blocked_layouts_enabled() || !be->layout_block || !be->operand_layouts) return;
-    const int b = be->layout_block();
-    if (b <= 0 || p->n_values == 0) return;
+    const int b = be->layout_block(p);
+    if ((b <= 0 && b != LZ_BLOCK_CHANNELS_LAST) || p->n_values == 0) return;
     int most = 1;   /* values of the step with the most */
     for (int i = 0; i < p->n_steps; i++) {
         const lz_instr *s = &p->steps[i];
@@ -120,7 +137,8 @@ void lz_plan_layouts(lz_program *p, const lz_backend *be)
     }
     if (ok)
         while (drop_candidates(p, how, cand, b, vals, hows)) {}
-    for (int v = 0; ok && v < p->n_values; v++) p->values[v].block = cand[v] ? (uint8_t)b : 0;
+    for (int v = 0; ok && v < p->n_values; v++)
+        p->values[v].block = cand[v] ? (uint16_t)block_of(&p->values[v], b) : 0;
     for (int i = 0; how && i < p->n_steps; i++) free(how[i]);
     free(how);
     free(cand);

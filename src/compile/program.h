@@ -22,9 +22,10 @@ typedef struct lz_value {
     size_t  offset;          /* arena offset, for temps */
     int     view_of;         /* for views: the value whose memory it is (never a view) */
     /* 0: plain (row-major). b > 0: 4-d [N, C, H, W] stored channel-blocked
-       as [N, C/b, H, W, b] (oneDNN's nChw16c for b = 16); C is a multiple
-       of b, so the size is the same. Only temporaries (compile/layout_plan.c). */
-    uint8_t block;
+       as [N, C/b, H, W, b] (oneDNN's nChw16c for b = 16; b = C is
+       channels-last, NHWC); C is a multiple of b, so the size is the same.
+       Only temporaries (compile/layout_plan.c). */
+    uint16_t block;
 } lz_value;
 
 struct lz_fused;

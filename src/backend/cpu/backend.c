@@ -179,7 +179,7 @@ const lz_backend *lz_backend_cpu(void)
         .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy,
         .prepare = cpu_prepare, .run = cpu_run, .ready = cpu_ready, .release = cpu_release,
         .trim = cpu_trim,
-        .layout_block = lz_cpu_layout_block, .operand_layouts = lz_cpu_operand_layouts,
+        .layout_block = lz_cpu_program_block, .operand_layouts = lz_cpu_operand_layouts,
         .conv_f32_faster = lz_cpu_conv_f32_faster,
     };
     return &cpu;

@@ -19,7 +19,9 @@ int lz_cpu_bf16_way(void);
    it runs its AVX512_BF16 kernels, which on a Xeon with AMX took 1.7-3.5x
    the time of f32 (no faster per instruction there, unlike on AMD Zen 5),
    while the AMX ones, reorders aside, took 0.13-0.67 of f32's best on
-   3x3 layers (docs/performance.md, "bf16 on AMX"). */
+   3x3 layers (docs/performance.md, "bf16 on AMX"): so a program with
+   bf16 convolutions keeps its activations channels-last there
+   (lz_cpu_program_block). */
 int lz_cpu_bf16_amx(void);
 /* Prints, once per process, the notice of a non-native way. */
 void lz_cpu_bf16_notice(void);

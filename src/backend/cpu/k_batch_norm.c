@@ -12,12 +12,14 @@
  * Layouts: a channel is N rows of S contiguous floats, C*S apart. When S
  * is tiny (BatchNorm1d on [N, C]) that row walk is all overhead, so the
  * sums walk samples in order and channels inside instead. A channel-blocked
- * x (lz_value.block) goes to k_batch_norm_blocked.c. */
+ * x (lz_value.block) goes to k_batch_norm_blocked.c, a channels-last one
+ * to k_batch_norm_nhwc.c. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "backend/cpu/bn_act.h"
 #include "backend/cpu/k_batch_norm_blocked.h"
+#include "backend/cpu/k_batch_norm_nhwc.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
 
@@ -107,6 +109,7 @@ static void act_grad_row(const bn_fold *f, int64_t c, const float *x, const floa
 
 static const char *k_bn_stats(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
+    if (lz_cpu_bn_nhwc(&p->values[s->in[0]])) return lz_cpu_bn_stats_nhwc(p, s, ptrs);
     if (p->values[s->in[0]].block) return lz_cpu_bn_stats_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]];
@@ -159,6 +162,7 @@ static void apply_row(const float *x, float *y, int64_t n, float m, float is, fl
 
 static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
+    if (lz_cpu_bn_nhwc(&p->values[s->in[0]])) return lz_cpu_bn_apply_nhwc(p, s, ptrs);
     if (p->values[s->in[0]].block) return lz_cpu_bn_apply_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]];
@@ -194,6 +198,7 @@ static const char *k_bn_apply(const lz_program *p, const lz_instr *s, void *cons
 /* gstats[c] = sum g, gstats[C + c] = sum g * xhat */
 static const char *k_bn_grad_stats(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
+    if (lz_cpu_bn_nhwc(&p->values[s->in[0]])) return lz_cpu_bn_grad_stats_nhwc(p, s, ptrs);
     if (p->values[s->in[0]].block) return lz_cpu_bn_grad_stats_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];
@@ -250,6 +255,7 @@ static const char *k_bn_grad_stats(const lz_program *p, const lz_instr *s, void 
 /* dx = w * invstd * (g - mean(g) - xhat * mean(g * xhat)) */
 static const char *k_bn_grad(const lz_program *p, const lz_instr *s, void *const *ptrs)
 {
+    if (lz_cpu_bn_nhwc(&p->values[s->in[0]])) return lz_cpu_bn_grad_nhwc(p, s, ptrs);
     if (p->values[s->in[0]].block) return lz_cpu_bn_grad_blocked(p, s, ptrs);
     bn_dims d = dims_of(&p->values[s->in[0]]);
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]], *g = ptrs[s->in[3]];

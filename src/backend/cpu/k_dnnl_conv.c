@@ -226,11 +226,13 @@ static const char *impl_of(const_dnnl_primitive_desc_t pd)
 }
 
 /* oneDNN's generated kernels: "jit..." and the brgemm-based "brg..."
-   (AMX's convolutions are mostly brgconv), not its reference loops or
-   im2col with a gemm. */
+   (AMX's convolutions are mostly brgconv) and "brdgmm..." (a depthwise
+   forward on channels-last), not its reference loops or im2col with a
+   gemm. */
 static int jit_impl(const_dnnl_primitive_desc_t pd)
 {
     const char *impl = impl_of(pd);
+    if (strncmp(impl, "brdgmm", 6) == 0) return 1;
     return (strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0) && !strstr(impl, "gemm");
 }
 
@@ -326,10 +328,24 @@ static int any_bf16(const lz_value *X, const lz_value *W, const lz_value *Y)
     return X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
 }
 
-/* The channel-blocked tag of block b (lz_value.block), or 0. */
-static dnnl_format_tag_t blocked_tag(int b)
+/* The tag of a value of C channels in block b (lz_value.block), or
+   undef: channels-last where b is C on a channels-last step (one block
+   of 16 or 8 channels is the same bytes both ways, and oneDNN wants both
+   activations in one kind of layout), else the channel-blocked tag of b. */
+static dnnl_format_tag_t blocked_tag(int b, int64_t C, int nhwc_step)
 {
+    if (b == C && nhwc_step) return dnnl_nhwc;
     return b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_format_tag_undef;
+}
+
+/* Whether a step with activations in blocks block[0] (x) and block[2]
+   (y) is a channels-last one: AMX's bf16 kernels read no other layout
+   (lz_cpu_program_block gives their programs channels-last), and a block
+   wider than 16 is a whole value's channels. */
+static int nhwc_step(const lz_value *X, const lz_value *W, const lz_value *Y, const int *block)
+{
+    return (any_bf16(X, W, Y) && lz_cpu_bf16_amx()) ||
+           (block[0] > 16 && block[0] == X->shape[1]) || (block[2] > 16 && block[2] == Y->shape[1]);
 }
 
 /* The descs of a step's operands: plain[] in the layout the program keeps
@@ -354,6 +370,7 @@ static int make_descs(conv_descs *d, const lz_instr *s, const lz_value *X, const
                    X->shape[2 + k] - d->pl[k];
     dnnl_dims_t dims[3], wg = {G, W->shape[0] / G, W->shape[1], W->shape[2], W->shape[3]};
     const lz_value *v[3] = {X, W, Y};
+    const int nhwc = nhwc_step(X, W, Y, block);
     for (int k = 0; k < 3; k++)   /* dnnl_dims_t is longer than a value's shape */
         for (int a = 0; a < 4; a++) dims[k][a] = v[k]->shape[a];
     int bad = 0;
@@ -361,7 +378,8 @@ static int make_descs(conv_descs *d, const lz_instr *s, const lz_value *X, const
         const int weight = k == 1, nd = weight && G > 1 ? 5 : 4;
         const int64_t *dm = weight && G > 1 ? wg : dims[k];
         const dnnl_format_tag_t tag = weight ? (G > 1 ? dnnl_goihw : dnnl_oihw)
-                                    : block[k] ? blocked_tag(block[k]) : dnnl_nchw;
+                                    : block[k] ? blocked_tag(block[k], v[k]->shape[1], nhwc)
+                                               : dnnl_nchw;
         const dnnl_data_type_t dt = v[k]->dtype == LZ_BF16 ? dnnl_bf16 : dnnl_f32;
         bad |= tag == dnnl_format_tag_undef ||
                dnnl_memory_desc_init_by_tag(&d->plain[k], nd, dm, dt, tag) != dnnl_success;
@@ -417,16 +435,15 @@ static int winograd_fits(const conv_descs *d)
    Where one side fills blocks, the f32 step runs oneDNN too, and bf16 was
    faster (mobilenet_v2's 24-channel, squeezenet1_1's 48-channel layers).
 
-   With AMX (bf16_isa.h), oneDNN's bf16 convolutions run on channels-last
-   copies of lazyc's activations, a reorder each side, and the rules are
-   others (build/conv_dtypes's "amx" and "+reord" columns; Xeon with AMX,
-   2 cores): 3x3 ones take bf16 whatever their plane (AMX and its reorders
-   0.14-0.83x f32's best, Winograd or not); 1x1 ones stay f32 (AMX and its
-   reorders about f32's time over the three directions, the reorders of
-   every step with colder caches in a model: mobilenet_v2's bf16 step
-   0.80x -> 1.03x f32's); grouped and depthwise ones stay f32 (oneDNN has
-   no AMX kernel for them, and its AVX512_BF16 ones are slower than f32 on
-   that CPU). */
+   With AMX (bf16_isa.h) the rules are others (build/conv_dtypes's "amx"
+   column; Xeon with AMX, 2 cores): the program keeps its activations
+   channels-last, as oneDNN's AMX kernels read them
+   (lz_cpu_program_block), and every convolution takes bf16 whatever its
+   plane (AMX took 0.14-0.83x f32's best on 3x3 layers, Winograd or not),
+   1x1 ones too (on channels-last no reorder is left to pay for, and their
+   weight gradient is one matrix product: weight_grad_is_product), but
+   grouped and depthwise ones, which stay f32 (oneDNN has no AMX kernel
+   for them, and its AVX512_BF16 ones are slower than f32 on that CPU). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -435,7 +452,7 @@ int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
         return 1;
     }
     if (!lz_dnnl_conv_enabled()) return 0;
-    if (lz_cpu_bf16_amx()) return groups != 1 || w[2] * w[3] == 1;
+    if (lz_cpu_bf16_amx()) return groups != 1;
     if (groups != 1) return 0;
     const int b = lz_cpu_layout_block();
     if (w[2] * w[3] == 1 && b && x[1] % b && w[0] % b) return 1;
@@ -475,8 +492,11 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
     /* bf16 operands only where oneDNN has bf16 kernels: widened ones run
        k_conv.c, which reads plain layouts */
     if (any_bf16(X, W, Y) && lz_cpu_bf16_way() == LZ_BF16_WIDENED) return 0;
-    /* an image's 3 channels stay plain; the first conv's output need not */
-    const int block[3] = {X->shape[1] % b ? 0 : b, 0, Y->shape[1] % b ? 0 : b};
+    /* an image's 3 channels stay plain; the first conv's output need not
+       (channels-last: every activation is whole blocks) */
+    const int cl = b == LZ_BLOCK_CHANNELS_LAST;
+    const int block[3] = {cl ? (int)X->shape[1] : X->shape[1] % b ? 0 : b, 0,
+                          cl ? (int)Y->shape[1] : Y->shape[1] % b ? 0 : b};
     if ((!block[0] && !block[2]) || !take_engine()) return 0;
     conv_descs d;
     dnnl_primitive_desc_t pd = make_descs(&d, s, X, W, Y, block) ? NULL
@@ -486,13 +506,16 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
     return pd != NULL;
 }
 
-/* Lets oneDNN pick the activations' layouts (x and y); 0 on success. */
-static int ask_any_activations(conv_descs *d)
+/* Lets oneDNN pick the layouts of the activations (x and y) not kept
+   blocked (all of them: block NULL); 0 on success. */
+static int ask_any_activations(conv_descs *d, const int *block)
 {
     int bad = 0;
     for (int k = 0; k < 3; k += 2)
-        bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], 4, d->plain[k].dims, d->plain[k].data_type,
-                                            dnnl_format_tag_any) != dnnl_success;
+        if (!block || !block[k])
+            bad |= dnnl_memory_desc_init_by_tag(&d->ask[k], 4, d->plain[k].dims,
+                                                d->plain[k].data_type,
+                                                dnnl_format_tag_any) != dnnl_success;
     return bad;
 }
 
@@ -508,13 +531,13 @@ static int build_primitive(dnnl_conv *c, const lz_program *p, const lz_instr *s)
     const int block[3] = {X->block, 0, Y->block}, blocked = X->block || Y->block;
     conv_descs d;
     int bad = make_descs(&d, s, X, W, Y, block);
-    /* AMX's kernels take channels-last activations only: a bf16 step asks
-       for oneDNN's layouts and pays a reorder each side (bf16_isa.h) */
-    const int amx = any_bf16(X, W, Y) && lz_cpu_bf16_amx();
-    if (!bad && amx) bad = ask_any_activations(&d);
+    /* AMX's kernels take channels-last activations only (lz_cpu_program_block
+       keeps them so): a bf16 step asks for oneDNN's layout of a plain one
+       and pays a reorder for it (bf16_isa.h) */
+    if (!bad && any_bf16(X, W, Y) && lz_cpu_bf16_amx()) bad = ask_any_activations(&d, block);
     dnnl_primitive_desc_t pd = bad ? NULL : descs_pd(op, &d, 1);
-    if (!bad && !pd && blocked && !amx) {   /* oneDNN picks every layout; reorders around it */
-        bad = ask_any_activations(&d);
+    if (!bad && !pd && blocked) {   /* oneDNN picks every layout; reorders around it */
+        bad = ask_any_activations(&d, NULL);
         if (!bad) pd = descs_pd(op, &d, 0);
     }
     bad = bad || !pd;
@@ -776,6 +799,67 @@ static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_instr *
     return c;
 }
 
+/* A 1x1 bf16 weight gradient on channels-last activations, stride 1 and
+   no padding: x is [N*H*W, C] and dy [N*H*W, O] as they lie, so
+   dw[O, C] = dy^T x is one matrix product, which oneDNN's AMX matmul ran
+   at 1150 GFLOP/s on resnet50's 2048x512 one over 128 pixels where its
+   convolution kernel took 10x as long (docs/performance.md, "bf16 on
+   AMX"). Whether the step is one. */
+static int weight_grad_is_product(const lz_program *p, const lz_instr *s)
+{
+    const lz_value *X, *W, *Y;
+    if (s->op != LZ_OP_CONV2D_GRAD_WEIGHT || !conv_operands(p, s, &X, &W, &Y)) return 0;
+    const int64_t *a = s->iattr;   /* stride, padding, dilation, groups */
+    return X->dtype == LZ_BF16 && Y->dtype == LZ_BF16 && W->dtype == LZ_F32 &&
+           X->block == X->shape[1] && Y->block == Y->shape[1] && W->shape[2] == 1 &&
+           W->shape[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 && a[3] == 0 &&
+           a[4] == 1 && a[5] == 1 && a[6] == 1 && X->shape[2] == Y->shape[2] &&
+           X->shape[3] == Y->shape[3];
+}
+
+/* That step's matmul in c (operands in step order: x as the weights, dy
+   as the transposed source, dw as the destination); 0 on success. */
+static int build_weight_grad_product(dnnl_conv *c, const lz_program *p, const lz_instr *s)
+{
+    const lz_value *X, *W, *Y;
+    conv_operands(p, s, &X, &W, &Y);
+    if (!take_engine()) return 1;
+    c->engine = 1;
+    const int64_t NP = X->shape[0] * X->shape[2] * X->shape[3], C = X->shape[1], O = Y->shape[1];
+    dnnl_memory_desc_t md[3];
+    const dnnl_dims_t xd = {NP, C}, yd = {O, NP}, yst = {1, O}, wd = {O, C};
+    int bad = dnnl_memory_desc_init_by_tag(&md[0], 2, xd, dnnl_bf16, dnnl_ab) != dnnl_success ||
+              dnnl_memory_desc_init_by_strides(&md[1], 2, yd, dnnl_bf16, yst) != dnnl_success ||
+              dnnl_memory_desc_init_by_tag(&md[2], 2, wd, dnnl_f32, dnnl_ab) != dnnl_success;
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    bad = bad || dnnl_matmul_desc_init(&mm, &md[1], &md[0], NULL, &md[2]) != dnnl_success ||
+          dnnl_primitive_attr_create(&attr) != dnnl_success ||
+          dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+          dnnl_primitive_desc_create(&pd, &mm, attr, engine, NULL) != dnnl_success;
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    bad = bad || !jit_impl(pd);
+    const int arg[3] = {DNNL_ARG_WEIGHTS, DNNL_ARG_SRC, DNNL_ARG_DST};
+    for (int k = 0; k < 3 && !bad; k++) {
+        c->arg[k] = arg[k];
+        c->value[k] = k < 2 ? s->in[k] : s->out;
+        bad = dnnl_memory_create(&c->plain[k], &md[k], engine, DNNL_MEMORY_NONE) != dnnl_success;
+        if (bad) c->plain[k] = NULL;
+        c->inner[k] = c->plain[k];
+    }
+    const dnnl_memory_desc_t *sp = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    bad = bad || !sp || dnnl_memory_create(&c->scratchpad, sp, engine, DNNL_MEMORY_NONE) != dnnl_success;
+    if (!bad) c->bytes = align64(dnnl_memory_desc_get_size(sp));
+    if (!bad && dnnl_primitive_create(&c->prim, pd) != dnnl_success) {
+        c->prim = NULL;
+        bad = 1;
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (bad) drop_primitive(c);
+    return bad;
+}
+
 /* A step on bf16 operands (autocast) runs on oneDNN's bf16 primitive,
    whatever LZ_DNNL_CONV says (lazyc's own kernels are float32), or where
    oneDNN has no jit one for bf16, widened to float32. */
@@ -792,7 +876,13 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     conv_operands(p, s, &X, &W, &Y);
     const int blocked = X->block || Y->block;   /* only a primitive reads them */
     const int slow = !blocked && s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
-    if (!slow && lz_cpu_bf16_way() != LZ_BF16_WIDENED && build_primitive(c, p, s) == 0) {
+    const int native = lz_cpu_bf16_way() != LZ_BF16_WIDENED;
+    if (native && weight_grad_is_product(p, s) && build_weight_grad_product(c, p, s) == 0) {
+        c->bf16 = 1;
+        count_created(c);
+        return c;
+    }
+    if (!slow && native && build_primitive(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
         return c;

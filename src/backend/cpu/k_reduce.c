@@ -168,9 +168,13 @@ static const char *reduce_all(const red_ops *ops, const char *x, size_t esz, int
     return NULL;
 }
 
+/* lanes of a block summed at a time: a channels-last block is all C */
+#define BLOCK_LANES 64
+
 /* x channel-blocked [N, C/b, H, W, b] (lz_value.block), reduced over N,
    H and W (a bias gradient): a channel's sum is lane c % b of its
-   block's rows, folded b lanes at a time, in double as the plain paths.
+   block's rows, folded BLOCK_LANES lanes at a time, in double as the plain
+   paths.
    (A reduction over everything reads any layout alike: run_reduce's.) */
 static const char *reduce_blocked(const lz_program *p, const lz_instr *s, void *const *ptrs,
                                   int mean)
@@ -180,18 +184,21 @@ static const char *reduce_blocked(const lz_program *p, const lz_instr *s, void *
     const int64_t S = xv->shape[2] * xv->shape[3];
     const float *x = ptrs[s->in[0]];
     float *out = ptrs[s->out];
-    if (xv->dtype != LZ_F32 || s->op == LZ_OP_MAX || b > 64 || (s->iattr[0] & 0xf) != 0xd)
+    if (xv->dtype != LZ_F32 || s->op == LZ_OP_MAX || (s->iattr[0] & 0xf) != 0xd)
         return "reduce kernel: no blocked form of this reduction";
-    #pragma omp parallel for schedule(static) if (xv->numel > PAR_MIN && CB > 1)
-    for (int64_t cb = 0; cb < CB; cb++) {
-        double acc[64] = {0};
+    const int64_t gpb = (b + BLOCK_LANES - 1) / BLOCK_LANES, groups = CB * gpb;
+    #pragma omp parallel for schedule(static) if (xv->numel > PAR_MIN && groups > 1)
+    for (int64_t gi = 0; gi < groups; gi++) {
+        const int64_t cb = gi / gpb, l0 = gi % gpb * BLOCK_LANES;
+        const int64_t L = b - l0 < BLOCK_LANES ? b - l0 : BLOCK_LANES;
+        double acc[BLOCK_LANES] = {0};
         for (int64_t n = 0; n < N; n++) {
-            const float *r = x + (n * CB + cb) * S * b;
+            const float *r = x + (n * CB + cb) * S * b + l0;
             for (int64_t i = 0; i < S; i++)
-                for (int64_t l = 0; l < b; l++) acc[l] += r[i * b + l];
+                for (int64_t l = 0; l < L; l++) acc[l] += r[i * b + l];
         }
-        for (int64_t l = 0; l < b; l++)
-            out[cb * b + l] = (float)(mean ? acc[l] / (double)(N * S) : acc[l]);
+        for (int64_t l = 0; l < L; l++)
+            out[cb * b + l0 + l] = (float)(mean ? acc[l] / (double)(N * S) : acc[l]);
     }
     return NULL;
 }

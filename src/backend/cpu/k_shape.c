@@ -211,8 +211,19 @@ static const char *k_expand(const lz_program *p, const lz_instr *s, void *const 
 }
 
 /* Splits a shape at axis into (outer, len, inner). */
+/* v's elements as outer runs of v->shape[axis] runs of inner elements.
+   Channels of a channels-last v (lz_value.block = C, [N, H, W, C]) are
+   runs of one element in N*H*W pixels; a concatenation or slice of them
+   (operand_layouts.c) is given its larger side, whose block is never its
+   channel count in the other layouts (a channel block of b: whole blocks
+   of b*H*W elements a sample, which the plain split copies). */
 static void split_axis(const lz_value *v, int axis, int64_t *outer, int64_t *inner)
 {
+    if (axis == 1 && v->ndim == 4 && v->block && v->block == v->shape[1]) {
+        *outer = v->shape[0] * v->shape[2] * v->shape[3];
+        *inner = 1;
+        return;
+    }
     *outer = 1;
     *inner = 1;
     for (int d = 0; d < axis; d++) *outer *= v->shape[d];

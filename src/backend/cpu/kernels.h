@@ -97,10 +97,15 @@ int64_t lz_dnnl_conv_created(void);
 int64_t lz_dnnl_conv_winograd(void);
 int64_t lz_dnnl_conv_timed(void);
 /* Whether oneDNN has a jit primitive for conv2d step s with its
-   activations in channel block b (k_dnnl_conv.c). */
+   activations in channel block b, or channels-last (b =
+   LZ_BLOCK_CHANNELS_LAST) (k_dnnl_conv.c). */
 int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b);
-/* Blocked layouts on the CPU (operand_layouts.c): the lz_backend hooks. */
+/* Blocked layouts on the CPU (operand_layouts.c): the ISA's channel block
+   (16 with AVX-512, 8 with AVX2, 0 without oneDNN's convolutions), and
+   the lz_backend hooks: program p's block (lz_backend.layout_block) and
+   how each step takes its values. */
 int  lz_cpu_layout_block(void);
+int  lz_cpu_program_block(const lz_program *p);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
 /* lz_backend.conv_f32_faster (k_dnnl_conv.c). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,

@@ -11,7 +11,10 @@
 #include <dnnl.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/bf16_isa.h"
+#include "backend/cpu/bn_act.h"
 #include "backend/cpu/kernels.h"
+#include "base/switches.h"
 
 int lz_cpu_layout_block(void)
 {
@@ -20,6 +23,34 @@ int lz_cpu_layout_block(void)
     if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
     if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
     return 0;
+}
+
+static int has_bf16_conv(const lz_program *p)
+{
+    for (int i = 0; i < p->n_steps; i++) {
+        const lz_instr *s = &p->steps[i];
+        if (s->op != LZ_OP_CONV2D && s->op != LZ_OP_CONV2D_GRAD_INPUT &&
+            s->op != LZ_OP_CONV2D_GRAD_WEIGHT)
+            continue;
+        if (p->values[s->out].dtype == LZ_BF16) return 1;
+        for (int k = 0; k < s->n_in; k++)
+            if (p->values[s->in[k]].dtype == LZ_BF16) return 1;
+    }
+    return 0;
+}
+
+/* Channels-last for a program with bf16 convolutions on AMX, whose
+   oneDNN kernels read no other activation layout (bf16_isa.h), or for
+   every program under LZ_BLOCKED=nhwc; else the ISA's channel block. */
+int lz_cpu_program_block(const lz_program *p)
+{
+    const int b = lz_cpu_layout_block();
+    if (!b) return 0;
+    const int mode = lz_blocked_layouts_enabled();
+    if (mode == LZ_BLOCKED_NHWC) return LZ_BLOCK_CHANNELS_LAST;
+    if (lz_cpu_bf16_way() == LZ_BF16_NATIVE && lz_cpu_bf16_amx() && has_bf16_conv(p))
+        return LZ_BLOCK_CHANNELS_LAST;
+    return b;
 }
 
 static int same_shape(const lz_value *a, const lz_value *b)
@@ -77,6 +108,8 @@ void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8
     case LZ_OP_BATCH_NORM:
     case LZ_OP_BATCH_NORM_GRAD_STATS:
     case LZ_OP_BATCH_NORM_GRAD:
+        /* a bf16 result is rounded a tile of whole pixels at a time */
+        if (b == LZ_BLOCK_CHANNELS_LAST && p->values[s->in[0]].shape[1] > LZ_BN_TILE) break;
         how[0] = LZ_TAKES_STEP_LAYOUT;   /* x */
         if (s->op == LZ_OP_BATCH_NORM || s->op == LZ_OP_BATCH_NORM_GRAD)
             how[s->n_in] = LZ_TAKES_STEP_LAYOUT;
@@ -94,8 +127,11 @@ void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8
     case LZ_OP_SLICE_GRAD:
         /* along channels at multiples of the block: a block of b channels
            is b*H*W floats as b channels are plain, so the copies are the
-           same bytes in both layouts */
-        if (s->iattr[0] == 1 && (s->op == LZ_OP_CAT || s->iattr[1] % b == 0)) {
+           same bytes in both layouts; channels-last, along channels
+           anywhere: rows of pixels (k_shape.c) */
+        if (b == LZ_BLOCK_CHANNELS_LAST && s->iattr[0] == 1) {
+            for (int k = 0; k <= s->n_in; k++) how[k] = LZ_TAKES_STEP_LAYOUT;
+        } else if (b > 0 && s->iattr[0] == 1 && (s->op == LZ_OP_CAT || s->iattr[1] % b == 0)) {
             int whole = p->values[s->out].shape[1] % b == 0;
             for (int k = 0; k < s->n_in; k++) whole &= p->values[s->in[k]].shape[1] % b == 0;
             for (int k = 0; whole && k <= s->n_in; k++) how[k] = LZ_TAKES_STEP_LAYOUT;
