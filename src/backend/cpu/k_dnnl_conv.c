@@ -440,8 +440,8 @@ static int winograd_fits(const conv_descs *d)
    channels-last, as oneDNN's AMX kernels read them
    (lz_cpu_program_block), and every convolution takes bf16 whatever its
    plane (AMX took 0.14-0.83x f32's best on 3x3 layers, Winograd or not),
-   1x1 ones too (on channels-last no reorder is left to pay for, and their
-   weight gradient is one matrix product: weight_grad_is_product), but
+   1x1 ones too (on channels-last no reorder is left to pay for, and each
+   direction is one matrix product: is_1x1_product), but
    grouped and depthwise ones, which stay f32 (oneDNN has no AMX kernel
    for them, and its AVX512_BF16 ones are slower than f32 on that CPU). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
@@ -799,48 +799,72 @@ static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_instr *
     return c;
 }
 
-/* A 1x1 bf16 weight gradient on channels-last activations, stride 1 and
-   no padding: x is [N*H*W, C] and dy [N*H*W, O] as they lie, so
-   dw[O, C] = dy^T x is one matrix product, which oneDNN's AMX matmul ran
-   at 1150 GFLOP/s on resnet50's 2048x512 one over 128 pixels where its
-   convolution kernel took 10x as long (docs/performance.md, "bf16 on
-   AMX"). Whether the step is one. */
-static int weight_grad_is_product(const lz_program *p, const lz_instr *s)
+/* A 1x1 bf16 convolution on channels-last activations, stride 1 and no
+   padding: x is [N*H*W, C] and y [N*H*W, O] as they lie and the weight
+   [O, C], so each direction is one matrix product: y = x w^T, dx = dy w,
+   dw = dy^T x. oneDNN's AMX matmul ran them 2-3x faster than its 1x1
+   convolution kernels on resnet50's layers, and its weight gradients 10x
+   (2048x512 over 128 pixels: 0.23 ms against 2.2; docs/performance.md,
+   "Channels-last on AMX"). Whether the step is one. */
+static int is_1x1_product(const lz_program *p, const lz_instr *s)
 {
     const lz_value *X, *W, *Y;
-    if (s->op != LZ_OP_CONV2D_GRAD_WEIGHT || !conv_operands(p, s, &X, &W, &Y)) return 0;
+    if (!conv_operands(p, s, &X, &W, &Y)) return 0;
     const int64_t *a = s->iattr;   /* stride, padding, dilation, groups */
-    return X->dtype == LZ_BF16 && Y->dtype == LZ_BF16 && W->dtype == LZ_F32 &&
-           X->block == X->shape[1] && Y->block == Y->shape[1] && W->shape[2] == 1 &&
-           W->shape[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 && a[3] == 0 &&
-           a[4] == 1 && a[5] == 1 && a[6] == 1 && X->shape[2] == Y->shape[2] &&
+    /* autocast's: bf16 operands, an f32 result */
+    const lz_value *res = &p->values[s->out];
+    int operands_bf16 = res->dtype == LZ_F32;
+    for (int k = 0; k < s->n_in; k++) operands_bf16 &= p->values[s->in[k]].dtype == LZ_BF16;
+    return operands_bf16 && X->block == X->shape[1] && Y->block == Y->shape[1] &&
+           W->shape[2] == 1 && W->shape[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 &&
+           a[3] == 0 && a[4] == 1 && a[5] == 1 && a[6] == 1 && X->shape[2] == Y->shape[2] &&
            X->shape[3] == Y->shape[3];
 }
 
-/* That step's matmul in c (operands in step order: x as the weights, dy
-   as the transposed source, dw as the destination); 0 on success. */
-static int build_weight_grad_product(dnnl_conv *c, const lz_program *p, const lz_instr *s)
+/* That step's matmul in c, its operands in step order; 0 on success. */
+static int build_1x1_product(dnnl_conv *c, const lz_program *p, const lz_instr *s)
 {
     const lz_value *X, *W, *Y;
     conv_operands(p, s, &X, &W, &Y);
     if (!take_engine()) return 1;
     c->engine = 1;
     const int64_t NP = X->shape[0] * X->shape[2] * X->shape[3], C = X->shape[1], O = Y->shape[1];
+    /* per step operand: dims, strides, the matmul's argument */
+    dnnl_dims_t dims[3], st[3];
+    int arg[3];
+#define OPERAND(k, r, cl, sr, sc, a) \
+    (dims[k][0] = (r), dims[k][1] = (cl), st[k][0] = (sr), st[k][1] = (sc), arg[k] = (a))
+    if (s->op == LZ_OP_CONV2D) {   /* y[NP, O] = x[NP, C] w^T: w as [C, O] */
+        OPERAND(0, NP, C, C, 1, DNNL_ARG_SRC);
+        OPERAND(1, C, O, 1, C, DNNL_ARG_WEIGHTS);
+        OPERAND(2, NP, O, O, 1, DNNL_ARG_DST);
+    } else if (s->op == LZ_OP_CONV2D_GRAD_INPUT) {   /* dx[NP, C] = dy[NP, O] w[O, C] */
+        OPERAND(0, NP, O, O, 1, DNNL_ARG_SRC);
+        OPERAND(1, O, C, C, 1, DNNL_ARG_WEIGHTS);
+        OPERAND(2, NP, C, C, 1, DNNL_ARG_DST);
+    } else {   /* dw[O, C] = dy^T x: dy as [O, NP] */
+        OPERAND(0, NP, C, C, 1, DNNL_ARG_WEIGHTS);
+        OPERAND(1, O, NP, 1, O, DNNL_ARG_SRC);
+        OPERAND(2, O, C, C, 1, DNNL_ARG_DST);
+    }
+#undef OPERAND
     dnnl_memory_desc_t md[3];
-    const dnnl_dims_t xd = {NP, C}, yd = {O, NP}, yst = {1, O}, wd = {O, C};
-    int bad = dnnl_memory_desc_init_by_tag(&md[0], 2, xd, dnnl_bf16, dnnl_ab) != dnnl_success ||
-              dnnl_memory_desc_init_by_strides(&md[1], 2, yd, dnnl_bf16, yst) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&md[2], 2, wd, dnnl_f32, dnnl_ab) != dnnl_success;
+    const dnnl_memory_desc_t *by_arg[3] = {NULL, NULL, NULL};   /* src, weights, dst */
+    int bad = 0;
+    for (int k = 0; k < 3 && !bad; k++) {
+        bad = dnnl_memory_desc_init_by_strides(&md[k], 2, dims[k], k == 2 ? dnnl_f32 : dnnl_bf16,
+                                               st[k]) != dnnl_success;
+        by_arg[arg[k] == DNNL_ARG_SRC ? 0 : arg[k] == DNNL_ARG_WEIGHTS ? 1 : 2] = &md[k];
+    }
     dnnl_matmul_desc_t mm;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    bad = bad || dnnl_matmul_desc_init(&mm, &md[1], &md[0], NULL, &md[2]) != dnnl_success ||
+    bad = bad || dnnl_matmul_desc_init(&mm, by_arg[0], by_arg[1], NULL, by_arg[2]) != dnnl_success ||
           dnnl_primitive_attr_create(&attr) != dnnl_success ||
           dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
           dnnl_primitive_desc_create(&pd, &mm, attr, engine, NULL) != dnnl_success;
     if (attr) dnnl_primitive_attr_destroy(attr);
     bad = bad || !jit_impl(pd);
-    const int arg[3] = {DNNL_ARG_WEIGHTS, DNNL_ARG_SRC, DNNL_ARG_DST};
     for (int k = 0; k < 3 && !bad; k++) {
         c->arg[k] = arg[k];
         c->value[k] = k < 2 ? s->in[k] : s->out;
@@ -877,7 +901,7 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     const int blocked = X->block || Y->block;   /* only a primitive reads them */
     const int slow = !blocked && s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
     const int native = lz_cpu_bf16_way() != LZ_BF16_WIDENED;
-    if (native && weight_grad_is_product(p, s) && build_weight_grad_product(c, p, s) == 0) {
+    if (native && is_1x1_product(p, s) && build_1x1_product(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
         return c;
