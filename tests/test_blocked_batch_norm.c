@@ -3,6 +3,7 @@
  * plain layout: the normalise and input-gradient kernels bit for bit
  * (given the same statistics), the statistics to 1e-6, for blocks of 16
  * and 8 (and a wider and a narrower one, which take the generic loops),
+ * and channels-last (a block of all C, k_batch_norm_nhwc.c's kernels),
  * with and without weight and bias, with a ReLU or hardtanh folded in.
  * Each step is built by hand, so the kernels are called directly. */
 #include <math.h>
@@ -54,7 +55,7 @@ static void make_values(lz_value *vals, const int64_t *xs, int block)
     set_value(&vals[V_GS], 2, st);
     set_value(&vals[V_Y], 4, xs);
     set_value(&vals[V_STOUT], 2, st);
-    vals[V_X].block = vals[V_G].block = vals[V_Y].block = (uint8_t)block;
+    vals[V_X].block = vals[V_G].block = vals[V_Y].block = (uint16_t)block;
 }
 
 /* The step of op for case k, its inputs in the op's order (ir/ir.h). */
@@ -251,7 +252,7 @@ static void dispatched(void)
     bv[V_G].block = 0;
     CHECK(run_step(LZ_OP_BATCH_NORM_GRAD, &k, bv, B.v) != NULL);
     CHECK(run_step(LZ_OP_BATCH_NORM_GRAD_STATS, &k, bv, B.v) != NULL);
-    bv[V_G].block = (uint8_t)k.b;
+    bv[V_G].block = (uint16_t)k.b;
     bv[V_Y].block = 8;
     CHECK(run_step(LZ_OP_BATCH_NORM, &k, bv, B.v) != NULL);
     free_bufs(&P);
@@ -290,6 +291,13 @@ int main(void)
     compare(&(bn_case){{2, 64, 3, 5}, 32, 1, 1, LZ_BN_ACT_HARDTANH});
     compare(&(bn_case){{2, 48, 4, 4}, 24, 1, 0, LZ_BN_ACT_RELU});
     compare(&(bn_case){{3, 8, 3, 3}, 4, 0, 1, LZ_BN_ACT_NONE});
+    /* channels-last (block = C, k_batch_norm_nhwc.c): rows not a multiple
+       of its pieces or chunks, many pieces, the widest it takes */
+    for (int act = LZ_BN_ACT_NONE; act <= LZ_BN_ACT_HARDTANH; act++) {
+        compare(&(bn_case){{3, 24, 23, 19}, 24, 1, 1, act});
+        compare(&(bn_case){{8, 64, 16, 16}, 64, act != LZ_BN_ACT_RELU, 1, act});
+        compare(&(bn_case){{2, 1024, 3, 3}, 1024, 1, act == LZ_BN_ACT_NONE, act});
+    }
     dispatched();
     empty();
     return lz_test_done();

@@ -8,8 +8,8 @@
  * inside and the per-channel constants and sums in arrays, so they
  * vectorise over channels and read memory in order; the channel-blocked
  * kernels' lane groups, run on one block of C channels, read 64 bytes of
- * each row a pass and took twice the time (docs/performance.md, "bf16 on
- * AMX"). Element-wise results use the plain kernels' expressions, so
+ * each row a pass and took twice the time (docs/performance.md,
+ * "Channels-last on AMX"). Element-wise results use the plain kernels' expressions, so
  * they give the same bits. A channel's sum adds CHUNK rows in f32 before
  * moving them into double, as the other kernels do; rows go in pieces of
  * PIECE, each summed on its own and the pieces added in order, so threads
@@ -144,7 +144,7 @@ const char *lz_cpu_bn_apply_nhwc(const lz_program *p, const lz_instr *s, void *c
     const float *x = ptrs[s->in[0]], *st = ptrs[s->in[1]];
     const float eps = *(const float *)ptrs[s->in[2]];
     const int has_w = s->iattr[0] != 0, has_b = s->iattr[1] != 0;
-    static _Thread_local consts k;
+    consts k;
     consts_of(&k, C, st, eps, has_w ? ptrs[s->in[3]] : NULL,
               has_b ? ptrs[s->in[3 + has_w]] : NULL);
     const consts *kp = &k;
@@ -216,7 +216,7 @@ const char *lz_cpu_bn_grad_stats_nhwc(const lz_program *p, const lz_instr *s, vo
     const float eps = *(const float *)ptrs[s->in[2]];
     float *gs = ptrs[s->out];
     const float lo = s->fattr[0], hi = s->fattr[1];
-    static _Thread_local consts k;
+    consts k;
     consts_of(&k, C, st, eps, fw, fb);
     const consts *kp = &k;
     const int64_t pieces = R ? (R + PIECE - 1) / PIECE : 1;
@@ -274,8 +274,8 @@ const char *lz_cpu_bn_grad_nhwc(const lz_program *p, const lz_instr *s, void *co
     const float eps = *(const float *)ptrs[s->in[2]];
     const float *w = s->iattr[0] ? ptrs[s->in[5]] : NULL;
     const float lo = s->fattr[0], hi = s->fattr[1];
-    static _Thread_local consts k;
-    static _Thread_local gconsts q;
+    consts k;
+    gconsts q;
     consts_of(&k, C, st, eps, fw, fb);
     const float inv_m = 1.0f / (float)R;
     for (int64_t c = 0; c < C; c++) {

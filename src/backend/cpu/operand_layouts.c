@@ -1,10 +1,13 @@
 /* Which values the CPU kernels take channel-blocked (compile/layout_plan.c):
  * the block is oneDNN's for this machine's ISA (16 floats, one AVX-512
- * register, or 8 with AVX2), the one its convolutions run on. Kernels
- * with a blocked form: oneDNN's convolutions (each activation on its own;
- * weights plain), batch norm, max and adaptive-average pooling and their
- * gradients, sums and means over all but the channels, concatenations and
- * slices along whole channel blocks, and element-wise steps, fused or not,
+ * register, or 8 with AVX2), the one its convolutions run on, or, for a
+ * program with bf16 convolutions on AMX, channels-last (each value's
+ * channel count: lz_cpu_program_block). Kernels with a blocked form:
+ * oneDNN's convolutions (each activation on its own; weights plain),
+ * batch norm, max and adaptive-average pooling and their gradients, sums
+ * and means over all but the channels, concatenations and slices along
+ * whole channel blocks (channels-last: along any channels), and
+ * element-wise steps, fused or not,
  * hardtanh and its gradient among them (an operand of another shape, a
  * per-channel bias say, is read plain through the blocked order:
  * lz_order_strides). */
