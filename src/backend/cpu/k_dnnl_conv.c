@@ -72,6 +72,7 @@
 
 #include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/conv_choices.h"
+#include "backend/cpu/conv_wgrad_cols.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/weight_unblock.h"
 #include "base/bf16.h"
@@ -142,6 +143,7 @@ typedef struct dnnl_conv {
     int arg[3], value[3];
     int widen;                     /* bf16 operands widened into the scratch, k_conv.c runs */
     int bf16;                      /* prim is a bf16 primitive (counted when run) */
+    lz_wgrad_cols *cols;           /* a bf16 weight gradient over columns (conv_wgrad_cols.c) */
 } dnnl_conv;
 
 static int take_engine(void)
@@ -174,6 +176,7 @@ static void drop_primitive(dnnl_conv *c)
         if (c->plain[k]) dnnl_memory_destroy(c->plain[k]);
     }
     if (c->scratchpad) dnnl_memory_destroy(c->scratchpad);
+    lz_cpu_wgrad_cols_free(c->cols);
     if (c->engine) give_engine();
     const lz_conv_path path = c->path;
     memset(c, 0, sizeof *c);
@@ -629,6 +632,16 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
                             void *scratch)
 {
     dnnl_conv *c = state;
+    if (c->cols) {
+        const char *err = lz_cpu_wgrad_cols_run(c->cols, ptrs[s->in[0]], ptrs[s->in[1]],
+                                                ptrs[s->out], scratch, stream);
+        if (!err) {
+            pthread_mutex_lock(&lock);
+            bf16_by_library++;
+            pthread_mutex_unlock(&lock);
+        }
+        return err;
+    }
     if (c->widen) return run_widened(p, s, ptrs, scratch);
     if (c->rows) return lz_cpu_conv_rows(p, s, ptrs, scratch);
     if (!c->prim) return lz_cpu_conv_run(p, s, ptrs, c->path);
@@ -901,6 +914,17 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     const int blocked = X->block || Y->block;   /* only a primitive reads them */
     const int slow = !blocked && s->op == LZ_OP_CONV2D_GRAD_WEIGHT && W->shape[2] * W->shape[3] > 1;
     const int native = lz_cpu_bf16_way() != LZ_BF16_WIDENED;
+    if (native && take_engine()) {   /* a weight gradient over columns */
+        c->engine = 1;
+        c->cols = lz_cpu_wgrad_cols_make(p, s, engine);
+        if (c->cols) {
+            c->bytes = lz_cpu_wgrad_cols_bytes(c->cols);
+            count_created(c);
+            return c;
+        }
+        give_engine();
+        c->engine = 0;
+    }
     if (native && is_1x1_product(p, s) && build_1x1_product(c, p, s) == 0) {
         c->bf16 = 1;
         count_created(c);
@@ -958,12 +982,16 @@ static void *conv_prepare(const lz_program *p, const lz_instr *s)
     return c;
 }
 
-static int runs_library(const void *state) { return ((const dnnl_conv *)state)->prim != NULL; }
+static int runs_library(const void *state)
+{
+    const dnnl_conv *c = state;
+    return c->prim != NULL || c->cols != NULL;
+}
 
 static size_t scratch_bytes(const void *state)
 {
     const dnnl_conv *c = state;
-    return c->prim || c->rows || c->widen ? c->bytes : 0;
+    return c->prim || c->rows || c->widen || c->cols ? c->bytes : 0;
 }
 
 const lz_stateful_kernel *lz_cpu_dnnl_conv_kernel(lz_op op)
