@@ -3,6 +3,7 @@
 #ifndef LZ_CPU_BF16_ISA_H
 #define LZ_CPU_BF16_ISA_H
 
+#include <dnnl.h>
 #include <stdint.h>
 
 #include "compile/program.h"
@@ -31,6 +32,15 @@ void lz_cpu_bf16_notice(void);
 const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *const *ptrs);
 const char *lz_cpu_matmul_f32(const lz_program *p, const lz_instr *s, const float *A,
                               const float *B, float *C);
+/* A bf16 matmul's primitive desc (bf16 src [M, K] and weights [K, N],
+   f32 dst [M, N], strides as their descs give) with a user scratchpad,
+   for a caller whose step scratch holds it; NULL unless oneDNN has its
+   brgemm kernel for it (its gemm and reference fallbacks are no faster
+   than the convolution kernels the callers run otherwise:
+   k_dnnl_conv.c's 1x1 products, conv_wgrad_cols.c). k_matmul_bf16.c. */
+dnnl_primitive_desc_t lz_cpu_bf16_matmul_pd(dnnl_engine_t engine, const dnnl_memory_desc_t *src,
+                                            const dnnl_memory_desc_t *wei,
+                                            const dnnl_memory_desc_t *dst);
 /* bf16 products run by oneDNN (library 1) or widened to float32 (0), ever
    (tests). */
 int64_t lz_cpu_bf16_matmul_count(int library);

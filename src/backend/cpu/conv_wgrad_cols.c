@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/bf16_isa.h"
 #include "backend/cpu/kernels.h"
 
 #define COLS_MAX_PIXELS 512   /* output pixels over the batch */
@@ -59,22 +60,11 @@ lz_wgrad_cols *lz_cpu_wgrad_cols_make(const lz_program *p, const lz_instr *s, dn
     const int64_t NP = g->N * g->OH * g->OW, K = g->KH * g->KW * g->C;
     const dnnl_dims_t dyd = {g->O, NP}, dys = {1, g->O}, cd = {NP, K}, rd = {g->O, K};
     dnnl_memory_desc_t md[3];
-    dnnl_matmul_desc_t mm;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
     int bad = dnnl_memory_desc_init_by_strides(&md[0], 2, dyd, dnnl_bf16, dys) != dnnl_success ||
               dnnl_memory_desc_init_by_tag(&md[1], 2, cd, dnnl_bf16, dnnl_ab) != dnnl_success ||
-              dnnl_memory_desc_init_by_tag(&md[2], 2, rd, dnnl_f32, dnnl_ab) != dnnl_success ||
-              dnnl_matmul_desc_init(&mm, &md[0], &md[1], NULL, &md[2]) != dnnl_success ||
-              dnnl_primitive_attr_create(&attr) != dnnl_success ||
-              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
-              dnnl_primitive_desc_create(&pd, &mm, attr, engine, NULL) != dnnl_success;
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    const char *impl = NULL;
-    /* oneDNN's brgemm matmul only: its gemm fallback is no faster than
-       the convolution kernel */
-    bad = bad || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-          !impl || strncmp(impl, "brg", 3) != 0;
+              dnnl_memory_desc_init_by_tag(&md[2], 2, rd, dnnl_f32, dnnl_ab) != dnnl_success;
+    dnnl_primitive_desc_t pd = bad ? NULL : lz_cpu_bf16_matmul_pd(engine, &md[0], &md[1], &md[2]);
+    bad = bad || !pd;
     const dnnl_memory_desc_t *sp = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     bad = bad || !sp ||
           dnnl_memory_create(&g->dy, &md[0], engine, DNNL_MEMORY_NONE) != dnnl_success ||

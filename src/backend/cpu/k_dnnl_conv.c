@@ -331,6 +331,13 @@ static int any_bf16(const lz_value *X, const lz_value *W, const lz_value *Y)
     return X->dtype == LZ_BF16 || W->dtype == LZ_BF16 || Y->dtype == LZ_BF16;
 }
 
+int lz_cpu_conv_is_bf16(const lz_program *p, const lz_instr *s)
+{
+    const lz_value *X, *W, *Y;
+    return lz_cpu_dnnl_conv_kernel((lz_op)s->op) && conv_operands(p, s, &X, &W, &Y) &&
+           any_bf16(X, W, Y);
+}
+
 /* The tag of a value of C channels in block b (lz_value.block), or
    undef: channels-last where b is C on a channels-last step (one block
    of 16 or 8 channels is the same bytes both ways, and oneDNN wants both
@@ -869,15 +876,8 @@ static int build_1x1_product(dnnl_conv *c, const lz_program *p, const lz_instr *
                                                st[k]) != dnnl_success;
         by_arg[arg[k] == DNNL_ARG_SRC ? 0 : arg[k] == DNNL_ARG_WEIGHTS ? 1 : 2] = &md[k];
     }
-    dnnl_matmul_desc_t mm;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    bad = bad || dnnl_matmul_desc_init(&mm, by_arg[0], by_arg[1], NULL, by_arg[2]) != dnnl_success ||
-          dnnl_primitive_attr_create(&attr) != dnnl_success ||
-          dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
-          dnnl_primitive_desc_create(&pd, &mm, attr, engine, NULL) != dnnl_success;
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    bad = bad || !jit_impl(pd);
+    dnnl_primitive_desc_t pd = bad ? NULL : lz_cpu_bf16_matmul_pd(engine, by_arg[0], by_arg[1], by_arg[2]);
+    bad = bad || !pd;
     for (int k = 0; k < 3 && !bad; k++) {
         c->arg[k] = arg[k];
         c->value[k] = k < 2 ? s->in[k] : s->out;

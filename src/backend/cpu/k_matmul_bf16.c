@@ -86,6 +86,28 @@ static int make_prim(prim *q)
     return 0;
 }
 
+dnnl_primitive_desc_t lz_cpu_bf16_matmul_pd(dnnl_engine_t engine, const dnnl_memory_desc_t *src,
+                                            const dnnl_memory_desc_t *wei,
+                                            const dnnl_memory_desc_t *dst)
+{
+    dnnl_matmul_desc_t mm;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int bad = dnnl_matmul_desc_init(&mm, src, wei, NULL, dst) != dnnl_success ||
+              dnnl_primitive_attr_create(&attr) != dnnl_success ||
+              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+              dnnl_primitive_desc_create(&pd, &mm, attr, engine, NULL) != dnnl_success;
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    const char *impl = NULL;
+    bad = bad || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+          !impl || strncmp(impl, "brg", 3) != 0;
+    if (bad && pd) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+    }
+    return pd;
+}
+
 /* The primitive for key (NULL: none), made on first use; under lock. */
 static prim *find(const int64_t *key)
 {

@@ -210,7 +210,6 @@ static const char *k_expand(const lz_program *p, const lz_instr *s, void *const 
     return NULL;
 }
 
-/* Splits a shape at axis into (outer, len, inner). */
 /* v's elements as outer runs of v->shape[axis] runs of inner elements.
    Channels of a channels-last v (lz_value.block = C, [N, H, W, C]) are
    runs of one element in N*H*W pixels; a concatenation or slice of them

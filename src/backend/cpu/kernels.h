@@ -100,6 +100,9 @@ int64_t lz_dnnl_conv_timed(void);
    activations in channel block b, or channels-last (b =
    LZ_BLOCK_CHANNELS_LAST) (k_dnnl_conv.c). */
 int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b);
+/* Whether step s is a convolution (any direction) with a bf16 operand:
+   autocast's (k_dnnl_conv.c). */
+int lz_cpu_conv_is_bf16(const lz_program *p, const lz_instr *s);
 /* Blocked layouts on the CPU (operand_layouts.c): the ISA's channel block
    (16 with AVX-512, 8 with AVX2, 0 without oneDNN's convolutions), and
    the lz_backend hooks: program p's block (lz_backend.layout_block) and

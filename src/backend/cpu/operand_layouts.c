@@ -30,15 +30,8 @@ int lz_cpu_layout_block(void)
 
 static int has_bf16_conv(const lz_program *p)
 {
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_instr *s = &p->steps[i];
-        if (s->op != LZ_OP_CONV2D && s->op != LZ_OP_CONV2D_GRAD_INPUT &&
-            s->op != LZ_OP_CONV2D_GRAD_WEIGHT)
-            continue;
-        if (p->values[s->out].dtype == LZ_BF16) return 1;
-        for (int k = 0; k < s->n_in; k++)
-            if (p->values[s->in[k]].dtype == LZ_BF16) return 1;
-    }
+    for (int i = 0; i < p->n_steps; i++)
+        if (lz_cpu_conv_is_bf16(p, &p->steps[i])) return 1;
     return 0;
 }
 
