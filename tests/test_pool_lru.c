@@ -5,8 +5,13 @@
  * hit). And below the cap: a request no cached block fits gives back as
  * many bytes of the oldest blocks while the pool caches more than the
  * program holds (a finished model's buffers), none while it holds more (a
- * training step's freed buffers beside its parameters). */
+ * training step's freed buffers beside its parameters). Blocks of 2 MiB
+ * and more are aligned to 2 MiB and, with LZ_HUGE_PAGES=1, advised for
+ * huge pages (the flag "hg" of their mapping in /proc/self/smaps); smaller
+ * ones are not. */
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "testlib.h"
 #include "backend/cpu/buffer_pool.h"
@@ -74,13 +79,36 @@ static void held_memory_keeps_the_cache(void)
     lz_pool_trim();
 }
 
+static void large_blocks_ask_for_huge_pages(void)
+{
+    const size_t size = 3 * MIB + 4 * KIB + 64;
+    char *p = lz_pool_alloc(size);
+    CHECK(p != NULL);
+    CHECK_EQ_I((uintptr_t)p % (2 * MIB), 0);
+    memset(p, 1, size);
+    char flags[512];
+    lz_test_vm_flags(p, flags, sizeof flags);
+    CHECK(strstr(flags, " hg") != NULL);
+    lz_pool_free(p, size);                      /* over the 1 MiB cap: unmapped */
+    CHECK_EQ_I(lz_pool_held_bytes(), 0);
+    CHECK_EQ_I(lz_pool_cached_bytes(), 0);
+    /* a small block stays on the C heap, unadvised */
+    char *s = lz_pool_alloc(64 * KIB);
+    lz_test_vm_flags(s, flags, sizeof flags);
+    CHECK(strstr(flags, " hg") == NULL);
+    lz_pool_free(s, 64 * KIB);
+    lz_pool_trim();
+}
+
 int main(void)
 {
     setenv("LZ_POOL_MIB", "1", 1);   /* read on the pool's first use */
+    setenv("LZ_HUGE_PAGES", "1", 1);
     CHECK_EQ_I(lz_pool_held_bytes(), 0);
     steady_sizes_reuse_blocks();
     new_sizes_take_the_place_of_old_ones();
     held_memory_keeps_the_cache();
+    large_blocks_ask_for_huge_pages();
 
     /* the LRU below the cap, with the program holding more than the cache
        (as a training step does), so no miss gives anything back */

@@ -28,7 +28,8 @@ static const case_values cases[] = {
     {"LZ_BLOCKED", "0", "2", 1},          {"LZ_WINOGRAD", "0", " 0", 1},
     {"LZ_DNNL_CONV", "tune", "3", 1},     {"LZ_CONV_CACHE", "0", "no", 0},
     {"LZ_DETERMINISTIC", "1", "true", 1}, {"LZ_CACHE_CAPACITY", "2", "0", 1},
-    {"LZ_POOL_MIB", "1", "-1", 1},        {"LZ_FAULT_ALLOC", "2", "abc", 1},
+    {"LZ_POOL_MIB", "1", "-1", 1},        {"LZ_HUGE_PAGES", "1", "2", 1},
+    {"LZ_FAULT_ALLOC", "2", "abc", 1},
     {"LZ_FAULT_KERNEL", "3", "1x", 1},    {"LZ_FAULT_HOST", "4", "-2", 1},
     {"LZ_FAULT_SCRATCH", "5", "5.5", 1},
     {"LZ_EXPLAIN_COMPILES", "1", "maybe", 1}, {"LZ_CAPTURE_CHECK", "2", "often", 0},
@@ -66,6 +67,18 @@ static size_t pool_keeps_2mib(void)
     size_t kept = lz_pool_cached_bytes();
     lz_pool_trim();
     return kept;
+}
+
+/* Whether a 2 MiB block from the pool is advised for huge pages. */
+static int pool_advises_huge_pages(void)
+{
+    void *p = lz_pool_alloc(2u << 20);
+    CHECK(p != NULL);
+    char flags[512];
+    lz_test_vm_flags(p, flags, sizeof flags);
+    lz_pool_free(p, 2u << 20);
+    lz_pool_trim();
+    return strstr(flags, " hg") != NULL;
 }
 
 /* 1-based index of the first lz_fault_hit that fires within 10, else 0. */
@@ -115,6 +128,7 @@ static void case_set(void)
     CHECK_EQ_I(lz_dnnl_conv_enabled(), 1);
     CHECK_EQ_I(compiles_for_four_graphs(), 4);
     CHECK_EQ_I(pool_keeps_2mib(), 0);
+    CHECK_EQ_I(pool_advises_huge_pages(), 1);
     CHECK(!strcmp(lz_setting("LZ_TORCH_PYTHON"), "/x/python"));
     CHECK(!strcmp(lz_setting("LZ_BENCH_TORCH_SCRIPT"), "/x/s.py"));
     CHECK(!strcmp(lz_setting("LZ_TORCH_OMP_WAIT_POLICY"), "active"));
@@ -146,6 +160,7 @@ static void check_defaults(void)
     CHECK_EQ_I(lz_dnnl_conv_enabled(), 1);
     CHECK_EQ_I(compiles_for_four_graphs(), 3);
     CHECK_EQ_I(pool_keeps_2mib(), 2u << 20);
+    CHECK_EQ_I(pool_advises_huge_pages(), 0);
     CHECK(!strcmp(lz_setting("LZ_TORCH_PYTHON"), "/usr/bin/python3"));
     CHECK(!strcmp(lz_setting("LZ_BENCH_TORCH_SCRIPT"), ""));
     CHECK(!strcmp(lz_setting("LZ_TORCH_OMP_WAIT_POLICY"), ""));

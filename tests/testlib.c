@@ -176,3 +176,22 @@ int lz_test_sgd_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
     out[0] = loss;
     return 0;
 }
+
+void lz_test_vm_flags(const void *p, char *flags, size_t cap)
+{
+    flags[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return;
+    char line[512];
+    int inside = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        } else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            snprintf(flags, cap, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+}

@@ -21,6 +21,9 @@ extern int lz_test_passed, lz_test_failed;
     fprintf(stderr, "%s:%d: |%s - %s| <= %g failed: %.9g vs %.9g\n", __FILE__, __LINE__, #a, #b, (double)(tol), va_, vb_); } } while (0)
 
 int lz_test_done(void);
+/* The VmFlags line of the mapping that holds p (/proc/self/smaps), "" when
+   none is found: " hg" in it is an madvise(MADV_HUGEPAGE). */
+void lz_test_vm_flags(const void *p, char *flags, size_t cap);
 /* Deterministic uniform floats in [lo, hi) from a seed. */
 void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi);
 /* Max |a-b| / max(max|b|, 1e-12): the relative error the parity tests use. */

@@ -29,6 +29,7 @@
     X(DETERMINISTIC,  BOOL,   "0",    0, 1, NULL, "1: nothing is chosen by timing (LZ_DNNL_CONV=tune takes the rules, reads no cached choice): the same results on every run and machine of one ISA") \
     X(CACHE_CAPACITY, INT,    "512",  1, INT32_MAX, NULL, "compiled executables kept in the cache (least recently used dropped first)") \
     X(POOL_MIB,       INT,    "4096", 0, INT32_MAX, NULL, "MiB of freed device buffers kept for reuse (0: keep none)") \
+    X(HUGE_PAGES,     BOOL,   "0",    0, 1, NULL, "1: device buffers of 2 MiB and more are advised for transparent huge pages (steadier steps; a slower first step where fresh memory is slow)") \
     X(FAULT_ALLOC,    INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th device allocation (0: never)") \
     X(FAULT_KERNEL,   INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th kernel call (0: never)") \
     X(FAULT_HOST,     INT,    "0",    0, INT32_MAX, NULL, "tests: N fails the N-th checked host allocation (0: never)") \

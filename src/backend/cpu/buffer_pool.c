@@ -18,12 +18,21 @@
  * memory costs a page fault per page on first touch, and more on a
  * virtual machine for memory the guest never touched before: a model
  * built after BERT took 2-3x longer than in a fresh process before this
- * (docs/performance.md, "Models one after another"). */
+ * (docs/performance.md, "Models one after another").
+ *
+ * Blocks of 2 MiB and more are their own mappings, aligned to 2 MiB, and
+ * with LZ_HUGE_PAGES=1 advised for transparent huge pages (Linux's default
+ * policy, "madvise", gives them only where asked): a step streams hundreds
+ * of MiB, and with 4 KiB pages each page of a stream is a TLB miss. Not by
+ * default: on a virtual machine that reports free memory to its host, a
+ * fresh huge page is slow to touch, and BERT's first step took 4x longer
+ * (docs/performance.md, "Huge pages"). */
 #include "backend/cpu/buffer_pool.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/fault.h"
@@ -85,11 +94,39 @@ static block *give_back(size_t bytes)
     return out;
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t mapped_size(size_t size)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (size + page - 1) / page * page;
+}
+
+static void *alloc_block(size_t size)
+{
+    if (size < HUGE_PAGE) return aligned_alloc(64, size);
+    const size_t len = mapped_size(size), span = len + HUGE_PAGE;
+    char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > m) munmap(m, (size_t)(p - m));
+    if (m + span > p + len) munmap(p + len, (size_t)(m + span - (p + len)));
+    /* advice only: without huge pages the block works all the same */
+    if (lz_setting_int(LZ_SETTING_HUGE_PAGES)) (void)madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}
+
+static void free_block(void *p, size_t size)
+{
+    if (size < HUGE_PAGE) free(p);
+    else munmap(p, mapped_size(size));
+}
+
 static void free_chain(block *b)
 {
     while (b) {
         block *next = b->next;
-        free(b);
+        free_block(b, b->size);
         b = next;
     }
 }
@@ -109,7 +146,7 @@ void *lz_pool_alloc(size_t nbytes)
     block *stale = give_back(size);
     pthread_mutex_unlock(&mu);
     free_chain(stale);
-    void *p = aligned_alloc(64, size);
+    void *p = alloc_block(size);
     if (p) {
         pthread_mutex_lock(&mu);
         held += size;
@@ -126,7 +163,7 @@ void lz_pool_free(void *p, size_t nbytes)
     held = held > size ? held - size : 0;
     if (size > cache_limit()) {
         pthread_mutex_unlock(&mu);
-        free(p);
+        free_block(p, size);
         return;
     }
     block *evicted = NULL;
@@ -162,7 +199,7 @@ void lz_pool_trim(void)
     pthread_mutex_unlock(&mu);
     while (all) {
         block *next = all->older;
-        free(all);
+        free_block(all, all->size);
         all = next;
     }
 }
