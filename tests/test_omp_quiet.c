@@ -3,7 +3,10 @@
  * kernel's parallel region the process uses next to no CPU time while it
  * sits idle, where libgomp's default policy alone polls for milliseconds
  * per worker. A program that chose a wait policy keeps it (nothing is
- * parked), and lz_shutdown ends the parked threads.
+ * parked), and lz_shutdown ends the parked threads. While programs that
+ * take LZ_OMP_LONG_RUN_MS or more run, nothing is parked (the workers poll
+ * between kernels); once only short ones have run for a while, the
+ * workers are parked again.
  *
  * ctest runs every test with OMP_WAIT_POLICY=passive, so this program
  * re-executes itself once without it (and with two OpenMP threads when the
@@ -63,6 +66,44 @@ static double idle_cpu_ms(lz_tensor *x)
     return each[ROUNDS / 2];
 }
 
+/* A chain of products of 2048x2048 matrices, in one program; the ms the
+   execution took. */
+static double run_long_program(lz_tensor *a)
+{
+    const double before = lz_metrics_get().execute_ms;
+    lz_scope_begin();
+    lz_tensor *y = a;
+    for (int i = 0; i < 4; i++) y = lz_matmul(y, a);
+    CHECK(lz_sync(&y, 1, 1) == 0);
+    lz_scope_end();
+    CHECK(lz_wait() == 0);
+    return lz_metrics_get().execute_ms - before;
+}
+
+/* Long programs unpark the workers; short ones, a while after, park them. */
+static void long_programs_let_workers_poll(lz_tensor *x, int parked)
+{
+    const int64_t shape[2] = {2048, 2048};
+    const struct timespec linger = {0, (long)(LZ_OMP_LINGER_MS * 1.5e6)};
+    lz_tensor *a = lz_test_rand(3, -0.02f, 0.02f, 2, shape);
+    run_long_program(a);                       /* first run: 69 GFLOP of products */
+    CHECK_EQ_I(lz_omp_quiet_workers(), 0);
+    nanosleep(&linger, NULL);
+    CHECK(run_kernel(x) == 0);                 /* short, long after: parked again */
+    CHECK_EQ_I(lz_omp_quiet_workers(), parked);
+    double ms = run_long_program(a);           /* known now by its time */
+    if (ms < LZ_OMP_LONG_RUN_MS) {
+        printf("the long program took %.1f ms on this machine: not long, not checked\n", ms);
+    } else {
+        CHECK(run_kernel(x) == 0);             /* short, right after: still none */
+        CHECK_EQ_I(lz_omp_quiet_workers(), 0);
+        nanosleep(&linger, NULL);
+        CHECK(run_kernel(x) == 0);
+        CHECK_EQ_I(lz_omp_quiet_workers(), parked);
+    }
+    lz_free(a);
+}
+
 /* The child run with OMP_WAIT_POLICY set: lazyc leaves it alone. */
 static int respects_choice(void)
 {
@@ -104,6 +145,7 @@ int main(int argc, char **argv)
     printf("CPU time in an idle pause of %d ms after a kernel: %.3f ms (median of %d)\n", IDLE_MS,
            idle, ROUNDS);
     CHECK(idle < 0.25);
+    long_programs_let_workers_poll(x, parked);
 
     /* lz_shutdown ends them; the next execution parks them again */
     lz_free(x);

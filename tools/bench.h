@@ -88,6 +88,11 @@ double bench_peak_gflops(void);
    products with float32 accumulation on oneDNN's matmul, the kernel
    autocast's products use. <= 0 when it cannot be measured. */
 double bench_peak_bf16_gflops(void);
+/* fn's value, computed on a thread of its own that ends with it: the peak
+   GEMMs' OpenMP team then does not outlive them in the calling thread,
+   where its threads would make libgomp keep lazyc's workers sleeping
+   between kernels (src/runtime/omp_quiet.c). */
+double bench_alone(double (*fn)(void));
 /* The peak "% peak" is of: bf16's under --dtype bf16, else fp32's. */
 double bench_table_peak(const struct bench_table *t);
 /* "f32" or "bf16" into *bf16 (0 or 1); -1 on anything else. */

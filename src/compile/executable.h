@@ -21,6 +21,7 @@ typedef struct lz_executable {
     void    *arena;          /* prog.arena_bytes; executions of one executable
                                 run one at a time (FIFO queue), so one suffices */
     int      pinned;         /* captures replaying it: while > 0, never evicted */
+    int      ran;            /* executed before (executor thread only) */
 } lz_executable;
 
 /* Lowers g to a program, plans its memory and prepares its kernels.

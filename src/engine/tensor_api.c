@@ -14,7 +14,6 @@
 #include "engine/step.h"
 #include "engine/tensor.h"
 #include "runtime/executor.h"
-#include "runtime/omp_quiet.h"
 
 /* The engine starts the backend: the first tensor made from data registers
    the CPU backend, unless a program or test registered another before.
@@ -98,9 +97,6 @@ lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim, c
     lz_buffer *bf;
     lz_tensor *t = new_data("lz_from_random", LZ_F32, ndim, shape, &bf);
     if (!t) return NULL;
-    /* the fill runs a parallel region on this thread: its workers must
-       sleep, not spin, between the parameters of a model */
-    lz_omp_quiet_start();
     lz_cpu_fill_random(bf->data, (int64_t)(bf->nbytes / sizeof(float)), seed, dist, a, b);
     lz_counters.transfers_to_device++;
     lz_capture_note_host_data(t, "lz_from_random");

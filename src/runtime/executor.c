@@ -85,9 +85,13 @@ static void run_job(job *j)
         }
         for (int v = 0; v < p->n_values; v++)
             if (p->values[v].kind == LZ_VALUE_VIEW) ptrs[v] = ptrs[p->values[v].view_of];
+        if (!j->inline_run) lz_omp_quiet_before_run(!j->exe->ran, p->flops);
+        j->exe->ran = 1;
         double t0 = lz_now_ms();
         const char *msg = j->exe->backend->run(j->exe->bexec, ptrs, j->exe->arena);
-        lz_metrics_add_execute_ms(lz_now_ms() - t0);
+        const double ms = lz_now_ms() - t0;
+        if (!j->inline_run) lz_omp_quiet_after_run(ms);
+        lz_metrics_add_execute_ms(ms);
         if (msg) err = strdup(msg);
         if (ptrs != ptrs_small) free(ptrs);
     }
@@ -290,7 +294,6 @@ int lz_executor_in_flight(void)
 void lz_executor_shutdown(void)
 {
     if (!running) {
-        /* lz_from_random starts the parked team before any execution */
         lz_omp_quiet_stop();
         return;
     }

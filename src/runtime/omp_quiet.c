@@ -15,18 +15,36 @@
  * enough that the count exceeds the CPUs, and then sleeps with its workers
  * on a condition variable until lz_shutdown. Nothing spins afterwards; the
  * sleeping threads cost no CPU time. A program that chose a wait policy or
- * a spin count keeps its choice: nothing starts then. */
+ * a spin count keeps its choice: nothing starts then.
+ *
+ * Sleeping has its price inside a long program: every parallel region
+ * and every barrier inside oneDNN's primitives then wakes a sleeping
+ * worker, and a training step of a few hundred kernels waited that way
+ * for a fifth of its time (ViT under bf16 autocast: 200 -> 160 ms a step
+ * without the parked threads; docs/performance.md, "Spinning workers").
+ * So the executor ends the parked threads while it runs programs that take
+ * LZ_OMP_LONG_RUN_MS or more (or, run first, compute a GFLOP of products
+ * or more), and parks them again once only short ones
+ * have run for LZ_OMP_LINGER_MS: then the workers poll between kernels (a few
+ * milliseconds after the last one), and short steps, where the polling
+ * costs more than the waking, keep sleeping workers. The count only drops
+ * below the CPUs if no other thread leads a team of its own: lazyc's
+ * random fills run theirs on a thread that ends with them
+ * (random_fill.c). */
 #include "runtime/omp_quiet.h"
 
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "base/metrics.h"
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static pthread_t thread;
 static int running, ready, stopping, team_size;
 static int quiet_extra;   /* parked workers of the last start; 0 when none */
+static double long_until;  /* executor thread: workers poll until then */
 
 static void *parker_main(void *arg)
 {
@@ -82,6 +100,20 @@ void lz_omp_quiet_stop(void)
     pthread_join(thread, NULL);   /* libgomp ends its workers with it */
     running = 0;
     quiet_extra = 0;
+}
+
+void lz_omp_quiet_before_run(int first_run, double flops)
+{
+    if (user_chose_policy()) return;
+    /* a first run has no time yet: its products say whether it is long
+       (a GFLOP takes milliseconds on a few cores) */
+    if (lz_now_ms() < long_until || (first_run && flops >= LZ_OMP_LONG_FLOPS)) lz_omp_quiet_stop();
+    else lz_omp_quiet_start();
+}
+
+void lz_omp_quiet_after_run(double ms)
+{
+    if (ms >= LZ_OMP_LONG_RUN_MS) long_until = lz_now_ms() + LZ_OMP_LINGER_MS;
 }
 
 int lz_omp_quiet_workers(void)

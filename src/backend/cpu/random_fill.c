@@ -1,22 +1,28 @@
 /* The initialisers' draws at memory speed: a model's parameters (138 M
  * values for vgg16) were drawn one by one with libm's log and cos on the
  * recording thread, seconds before the first step. Here every element is
- * a pure function of (seed, i), the loops are branch-free f32 (GCC
- * vectorises them; libm's calls would keep them scalar) and blocks of a
- * fixed size are spread over the OpenMP team. A block is computed whole by
- * one thread with the same code whatever the team, and the build keeps
- * -ffp-contract=off, so 1 and 2 threads give the same bits
- * (tests/test_init_fill.c). */
+ * a pure function of (seed, i) and the loops are branch-free f32 (GCC
+ * vectorises them; libm's calls would keep them scalar).
+ *
+ * Large tensors are cut into one range per thread of the OpenMP team's
+ * size, drawn by plain threads that end with the fill; every element is
+ * drawn by the same code whatever the cut, and the build keeps
+ * -ffp-contract=off, so any number of threads gives the same bits
+ * (tests/test_init_fill.c). Not an OpenMP parallel region: that would
+ * leave a team behind on the recording thread, and while its threads live
+ * libgomp makes the executor's workers sleep between kernels
+ * (omp_quiet.c), which cost long steps a fifth of their time. Nor a team
+ * led by a thread made per fill: that cost more than it saved (resnet50's
+ * build 232-438 ms against 43-54 drawn on one thread; docs/performance.md,
+ * "Spinning workers"). */
 #include "backend/cpu/random_fill.h"
 
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
 
 #include "backend/cpu/rng_bits.h"
 #include "backend/cpu/vec_math.h"
-
-/* elements (64 KiB of floats): large enough to amortise the loop, small
-   enough that a tensor of a few blocks still splits over the team */
-enum { BLOCK = 1 << 14 };
 
 /* log(u) for u in [2^-24, 1] (normal floats), FreeBSD's logf reduction
    and polynomial: about 1 ulp. */
@@ -45,7 +51,7 @@ static inline float vcos2pi_f32(float u)
     return select_f32(flip, c, -c);
 }
 
-static void fill_block(float *dst, int64_t i0, int64_t i1, uint64_t key, int dist, float a, float b)
+static void fill_range(float *dst, int64_t i0, int64_t i1, uint64_t key, int dist, float a, float b)
 {
     const float unit = 1.0f / 16777216.0f;
     if (dist == 0) {
@@ -66,13 +72,40 @@ static void fill_block(float *dst, int64_t i0, int64_t i1, uint64_t key, int dis
     }
 }
 
+/* elements below which one thread draws: a thread's start costs about what
+   drawing 10^4-10^5 elements does */
+enum { PAR_MIN = 1 << 18, MAX_THREADS = 64 };
+
+typedef struct share {
+    float *dst;
+    int64_t i0, i1;
+    uint64_t key;
+    int dist;
+    float a, b;
+} share;
+
+static void *fill_share(void *arg)
+{
+    const share *s = arg;
+    fill_range(s->dst, s->i0, s->i1, s->key, s->dist, s->a, s->b);
+    return NULL;
+}
+
 void lz_cpu_fill_random(float *dst, int64_t n, uint64_t seed, int dist, float a, float b)
 {
-    const uint64_t key = lz_rng_key(seed);
-    const int64_t blocks = (n + BLOCK - 1) / BLOCK;
-    #pragma omp parallel for schedule(static) if (blocks > 1)
-    for (int64_t k = 0; k < blocks; k++) {
-        int64_t i0 = k * BLOCK, i1 = i0 + BLOCK < n ? i0 + BLOCK : n;
-        fill_block(dst, i0, i1, key, dist, a, b);
+    int nt = n >= PAR_MIN ? omp_get_max_threads() : 1;
+    if (nt < 1) nt = 1;
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    share s[MAX_THREADS];
+    pthread_t t[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int k = 0; k < nt; k++)
+        s[k] = (share){dst, n * k / nt, n * (k + 1) / nt, lz_rng_key(seed), dist, a, b};
+    for (int k = 1; k < nt; k++) started[k] = pthread_create(&t[k], NULL, fill_share, &s[k]) == 0;
+    fill_share(&s[0]);
+    /* a range whose thread did not start is drawn here */
+    for (int k = 1; k < nt; k++) {
+        if (started[k]) pthread_join(t[k], NULL);
+        else fill_share(&s[k]);
     }
 }
