@@ -5,10 +5,10 @@
  * hit). And below the cap: a request no cached block fits gives back as
  * many bytes of the oldest blocks while the pool caches more than the
  * program holds (a finished model's buffers), none while it holds more (a
- * training step's freed buffers beside its parameters). Blocks of 2 MiB
- * and more are aligned to 2 MiB and, with LZ_HUGE_PAGES=1, advised for
- * huge pages (the flag "hg" of their mapping in /proc/self/smaps); smaller
- * ones are not. */
+ * training step's freed buffers beside its parameters). With
+ * LZ_HUGE_PAGES=1, blocks of 2 MiB and more are aligned to 2 MiB and
+ * advised for huge pages (the flag "hg" of their mapping in
+ * /proc/self/smaps); smaller ones are not. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -20,16 +20,16 @@
  * Sleeping has its price inside a long program: every parallel region
  * and every barrier inside oneDNN's primitives then wakes a sleeping
  * worker, and a training step of a few hundred kernels waited that way
- * for a fifth of its time (ViT under bf16 autocast: 200 -> 160 ms a step
- * without the parked threads; docs/performance.md, "Spinning workers").
- * So the executor ends the parked threads while it runs programs that take
- * LZ_OMP_LONG_RUN_MS or more (or, run first, compute a GFLOP of products
- * or more), and parks them again once only short ones
- * have run for LZ_OMP_LINGER_MS: then the workers poll between kernels (a few
- * milliseconds after the last one), and short steps, where the polling
- * costs more than the waking, keep sleeping workers. The count only drops
- * below the CPUs if no other thread leads a team of its own: lazyc's
- * random fills run theirs on a thread that ends with them
+ * for a fifth of its time (ViT under bf16 autocast: 201-205 -> 153 ms a
+ * step without the parked threads; docs/performance.md, "Spinning workers
+ * in long programs"). So the executor ends the parked threads while it
+ * runs programs that take LZ_OMP_LONG_RUN_MS or more (or, run first,
+ * compute LZ_OMP_LONG_FLOPS of products), and parks them again once no
+ * long program has ended for LZ_OMP_LINGER_MS: the workers then poll
+ * between kernels (and a few milliseconds after the last one), while short
+ * steps, where the polling costs more than the waking, keep sleeping
+ * workers. The count only drops to the CPUs if no other thread leads a
+ * team of its own: lazyc's random fills use plain threads
  * (random_fill.c). */
 #include "runtime/omp_quiet.h"
 

@@ -20,8 +20,8 @@
  * built after BERT took 2-3x longer than in a fresh process before this
  * (docs/performance.md, "Models one after another").
  *
- * Blocks of 2 MiB and more are their own mappings, aligned to 2 MiB, and
- * with LZ_HUGE_PAGES=1 advised for transparent huge pages (Linux's default
+ * With LZ_HUGE_PAGES=1, blocks of 2 MiB and more are their own mappings,
+ * aligned to 2 MiB and advised for transparent huge pages (Linux's default
  * policy, "madvise", gives them only where asked): a step streams hundreds
  * of MiB, and with 4 KiB pages each page of a stream is a TLB miss. Not by
  * default: on a virtual machine that reports free memory to its host, a
@@ -102,9 +102,15 @@ static size_t mapped_size(size_t size)
     return (size + page - 1) / page * page;
 }
 
+/* read once per process, so a block is freed the way it was made */
+static int huge_block(size_t size)
+{
+    return size >= HUGE_PAGE && lz_setting_int(LZ_SETTING_HUGE_PAGES);
+}
+
 static void *alloc_block(size_t size)
 {
-    if (size < HUGE_PAGE) return aligned_alloc(64, size);
+    if (!huge_block(size)) return aligned_alloc(64, size);
     const size_t len = mapped_size(size), span = len + HUGE_PAGE;
     char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
@@ -112,13 +118,13 @@ static void *alloc_block(size_t size)
     if (p > m) munmap(m, (size_t)(p - m));
     if (m + span > p + len) munmap(p + len, (size_t)(m + span - (p + len)));
     /* advice only: without huge pages the block works all the same */
-    if (lz_setting_int(LZ_SETTING_HUGE_PAGES)) (void)madvise(p, len, MADV_HUGEPAGE);
+    (void)madvise(p, len, MADV_HUGEPAGE);
     return p;
 }
 
 static void free_block(void *p, size_t size)
 {
-    if (size < HUGE_PAGE) free(p);
+    if (!huge_block(size)) free(p);
     else munmap(p, mapped_size(size));
 }
 

@@ -14,7 +14,7 @@
  * (omp_quiet.c), which cost long steps a fifth of their time. Nor a team
  * led by a thread made per fill: that cost more than it saved (resnet50's
  * build 232-438 ms against 43-54 drawn on one thread; docs/performance.md,
- * "Spinning workers"). */
+ * "Spinning workers in long programs"). */
 #include "backend/cpu/random_fill.h"
 
 #include <math.h>
