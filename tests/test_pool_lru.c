@@ -88,7 +88,8 @@ static void large_blocks_ask_for_huge_pages(void)
     memset(p, 1, size);
     char flags[512];
     lz_test_vm_flags(p, flags, sizeof flags);
-    CHECK(strstr(flags, " hg") != NULL);
+    if (lz_test_thp_kernel()) CHECK(strstr(flags, " hg") != NULL);
+    else printf("no transparent huge pages in this kernel: the advice is not checked\n");
     lz_pool_free(p, size);                      /* over the 1 MiB cap: unmapped */
     CHECK_EQ_I(lz_pool_held_bytes(), 0);
     CHECK_EQ_I(lz_pool_cached_bytes(), 0);

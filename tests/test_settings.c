@@ -128,7 +128,7 @@ static void case_set(void)
     CHECK_EQ_I(lz_dnnl_conv_enabled(), 1);
     CHECK_EQ_I(compiles_for_four_graphs(), 4);
     CHECK_EQ_I(pool_keeps_2mib(), 0);
-    CHECK_EQ_I(pool_advises_huge_pages(), 1);
+    CHECK_EQ_I(pool_advises_huge_pages(), lz_test_thp_kernel());
     CHECK(!strcmp(lz_setting("LZ_TORCH_PYTHON"), "/x/python"));
     CHECK(!strcmp(lz_setting("LZ_BENCH_TORCH_SCRIPT"), "/x/s.py"));
     CHECK(!strcmp(lz_setting("LZ_TORCH_OMP_WAIT_POLICY"), "active"));

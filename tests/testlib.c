@@ -195,3 +195,10 @@ void lz_test_vm_flags(const void *p, char *flags, size_t cap)
     }
     fclose(f);
 }
+
+int lz_test_thp_kernel(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) fclose(f);
+    return f != NULL;
+}

@@ -24,6 +24,9 @@ int lz_test_done(void);
 /* The VmFlags line of the mapping that holds p (/proc/self/smaps), "" when
    none is found: " hg" in it is an madvise(MADV_HUGEPAGE). */
 void lz_test_vm_flags(const void *p, char *flags, size_t cap);
+/* Whether the kernel has transparent huge pages (else madvise refuses
+   MADV_HUGEPAGE and no mapping gets the flag). */
+int lz_test_thp_kernel(void);
 /* Deterministic uniform floats in [lo, hi) from a seed. */
 void lz_test_fill_uniform(float *x, int64_t n, unsigned seed, float lo, float hi);
 /* Max |a-b| / max(max|b|, 1e-12): the relative error the parity tests use. */
