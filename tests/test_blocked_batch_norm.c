@@ -297,6 +297,8 @@ int main(void)
         compare(&(bn_case){{3, 24, 23, 19}, 24, 1, 1, act});
         compare(&(bn_case){{8, 64, 16, 16}, 64, act != LZ_BN_ACT_RELU, 1, act});
         compare(&(bn_case){{2, 1024, 3, 3}, 1024, 1, act == LZ_BN_ACT_NONE, act});
+        compare(&(bn_case){{3, 2048, 2, 3}, 2048, act != LZ_BN_ACT_NONE, 1, act});
+        compare(&(bn_case){{1, 4096, 2, 2}, 4096, 1, 1, act});
     }
     dispatched();
     empty();

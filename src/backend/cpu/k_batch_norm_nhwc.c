@@ -24,14 +24,15 @@
 #define CHUNK 64        /* rows a channel sums in f32 before they go into double */
 #define PIECE 256       /* rows summed apart from the others (a multiple of CHUNK) */
 
-/* C channels (at most LZ_BN_TILE: operand_layouts.c keeps wider x plain)
-   in R rows, or a message when the operands are not all channels-last */
+/* C channels (at most LZ_BN_NHWC_MAX_C: operand_layouts.c keeps wider x
+   plain) in R rows, or a message when the operands are not all
+   channels-last */
 static const char *dims_of(const lz_program *p, const lz_instr *s, const int *vs, int nv,
                            int64_t *C, int64_t *R)
 {
     const lz_value *x = &p->values[s->in[0]];
-    if (x->ndim != 4 || x->block != x->shape[1] || x->shape[1] > LZ_BN_TILE)
-        return "batch_norm: channels-last x is not [N, H, W, C] with C at most the tile";
+    if (x->ndim != 4 || x->block != x->shape[1] || x->shape[1] > LZ_BN_NHWC_MAX_C)
+        return "batch_norm: channels-last x is not [N, H, W, C] with C at most LZ_BN_NHWC_MAX_C";
     for (int k = 0; k < nv; k++)
         if (p->values[vs[k]].block != x->block) return "batch_norm: operands laid out unlike x";
     *C = x->shape[1];
@@ -41,7 +42,7 @@ static const char *dims_of(const lz_program *p, const lz_instr *s, const int *vs
 
 /* Per-channel constants of the forward expression (bn_pre_act) */
 typedef struct consts {
-    float m[LZ_BN_TILE], is[LZ_BN_TILE], wc[LZ_BN_TILE], bc[LZ_BN_TILE];
+    float m[LZ_BN_NHWC_MAX_C], is[LZ_BN_NHWC_MAX_C], wc[LZ_BN_NHWC_MAX_C], bc[LZ_BN_NHWC_MAX_C];
 } consts;
 
 static void consts_of(consts *k, int64_t C, const float *st, float eps, const float *w,
@@ -64,13 +65,20 @@ static void add_pieces(const double *part, int64_t pieces, int64_t C, int64_t st
         for (int64_t c = 0; c < C; c++) out[c] += part[q * stride + c];
 }
 
+/* Rows of a bf16 result rounded together: LZ_BN_TILE values, or one row
+   when it is wider */
+static int64_t tile_rows(int64_t C)
+{
+    return C < LZ_BN_TILE ? LZ_BN_TILE / C : 1;
+}
+
 /* ---- forward ------------------------------------------------------------ */
 
 /* acc[c] = sum over rows [r0, r1) of x (m NULL) or of (x - m)^2 */
 static void sum_rows(const float *x, int64_t C, int64_t r0, int64_t r1, const float *m,
                      double *restrict acc)
 {
-    float a[LZ_BN_TILE];
+    float a[LZ_BN_NHWC_MAX_C];
     for (int64_t c = 0; c < C; c++) acc[c] = 0;
     for (int64_t i0 = r0; i0 < r1; i0 += CHUNK) {
         const int64_t i1 = r1 - i0 < CHUNK ? r1 : i0 + CHUNK;
@@ -101,9 +109,9 @@ const char *lz_cpu_bn_stats_nhwc(const lz_program *p, const lz_instr *s, void *c
         return NULL;
     }
     const int64_t pieces = (R + PIECE - 1) / PIECE;
-    double *part = malloc(sizeof *part * (size_t)(pieces * C)), tot[LZ_BN_TILE];
+    double *part = malloc(sizeof *part * (size_t)(pieces * C)), tot[LZ_BN_NHWC_MAX_C];
     if (!part) return "batch_norm: out of memory for the statistics' partial sums";
-    float mean[LZ_BN_TILE];
+    float mean[LZ_BN_NHWC_MAX_C];
     const double M = (double)R;
     for (int pass = 0; pass < 2; pass++) {
         const float *m = pass ? mean : NULL;
@@ -153,10 +161,10 @@ const char *lz_cpu_bn_apply_nhwc(const lz_program *p, const lz_instr *s, void *c
     const int bf16 = p->values[s->out].dtype == LZ_BF16;
     const int act = (int)s->iattr[2];
     const float lo = s->fattr[0], hi = s->fattr[1];
-    const int64_t rows = LZ_BN_TILE / C, tiles = (R + rows - 1) / rows;
+    const int64_t rows = tile_rows(C), tiles = (R + rows - 1) / rows;
     #pragma omp parallel for schedule(static) if (R * C > PAR_MIN && tiles > 1)
     for (int64_t t = 0; t < tiles; t++) {
-        float tile[LZ_BN_TILE];
+        float tile[LZ_BN_NHWC_MAX_C];
         const int64_t r0 = t * rows, n = R - r0 < rows ? R - r0 : rows;
         float *o = bf16 ? tile : (float *)ptrs[s->out] + r0 * C;
         if (act == LZ_BN_ACT_RELU) apply_rows(x + r0 * C, o, n, C, kp, LZ_BN_ACT_RELU, lo, hi);
@@ -184,7 +192,7 @@ static inline void gsum_rows(const float *x, const float *g, int64_t C, int64_t 
                              const consts *k, int act, float lo, float hi,
                              double *restrict sg, double *restrict sgx)
 {
-    float a[LZ_BN_TILE], ax[LZ_BN_TILE];
+    float a[LZ_BN_NHWC_MAX_C], ax[LZ_BN_NHWC_MAX_C];
     for (int64_t c = 0; c < C; c++) sg[c] = sgx[c] = 0;
     for (int64_t i0 = r0; i0 < r1; i0 += CHUNK) {
         const int64_t i1 = r1 - i0 < CHUNK ? r1 : i0 + CHUNK;
@@ -220,8 +228,8 @@ const char *lz_cpu_bn_grad_stats_nhwc(const lz_program *p, const lz_instr *s, vo
     consts_of(&k, C, st, eps, fw, fb);
     const consts *kp = &k;
     const int64_t pieces = R ? (R + PIECE - 1) / PIECE : 1;
-    double *part = calloc((size_t)(pieces * 2 * C), sizeof *part), sg[LZ_BN_TILE],
-           sgx[LZ_BN_TILE];
+    double *part = calloc((size_t)(pieces * 2 * C), sizeof *part), sg[LZ_BN_NHWC_MAX_C],
+           sgx[LZ_BN_NHWC_MAX_C];
     if (!part) return "batch_norm: out of memory for the gradient's partial sums";
     #pragma omp parallel for schedule(static) if (R * C > PAR_MIN && pieces > 1)
     for (int64_t q = 0; q < pieces; q++) {
@@ -245,7 +253,7 @@ const char *lz_cpu_bn_grad_stats_nhwc(const lz_program *p, const lz_instr *s, vo
 
 /* The gradient's per-channel factors beside the forward's constants */
 typedef struct gconsts {
-    float a[LZ_BN_TILE], mg[LZ_BN_TILE], mgx[LZ_BN_TILE];
+    float a[LZ_BN_NHWC_MAX_C], mg[LZ_BN_NHWC_MAX_C], mgx[LZ_BN_NHWC_MAX_C];
 } gconsts;
 
 static inline void grad_rows(const float *x, const float *g, float *o, int64_t n, int64_t C,
@@ -288,10 +296,10 @@ const char *lz_cpu_bn_grad_nhwc(const lz_program *p, const lz_instr *s, void *co
     /* bf16: autocast's cast for the convolution's backward, folded in by
        the compiler (compile/fuse_bn_act.c); a tile of rows at a time */
     const int bf16 = p->values[s->out].dtype == LZ_BF16;
-    const int64_t rows = LZ_BN_TILE / C, tiles = (R + rows - 1) / rows;
+    const int64_t rows = tile_rows(C), tiles = (R + rows - 1) / rows;
     #pragma omp parallel for schedule(static) if (R * C > PAR_MIN && tiles > 1)
     for (int64_t t = 0; t < tiles; t++) {
-        float tile[LZ_BN_TILE];
+        float tile[LZ_BN_NHWC_MAX_C];
         const int64_t r0 = t * rows, n = R - r0 < rows ? R - r0 : rows, at = r0 * C;
         float *o = bf16 ? tile : (float *)ptrs[s->out] + at;
         if (act == LZ_BN_ACT_RELU)

@@ -15,7 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/bf16_isa.h"
-#include "backend/cpu/bn_act.h"
+#include "backend/cpu/k_batch_norm_nhwc.h"
 #include "backend/cpu/kernels.h"
 #include "base/switches.h"
 
@@ -104,8 +104,8 @@ void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8
     case LZ_OP_BATCH_NORM:
     case LZ_OP_BATCH_NORM_GRAD_STATS:
     case LZ_OP_BATCH_NORM_GRAD:
-        /* a bf16 result is rounded a tile of whole pixels at a time */
-        if (b == LZ_BLOCK_CHANNELS_LAST && p->values[s->in[0]].shape[1] > LZ_BN_TILE) break;
+        /* the channels-last kernels keep per-channel arrays of a bounded size */
+        if (b == LZ_BLOCK_CHANNELS_LAST && p->values[s->in[0]].shape[1] > LZ_BN_NHWC_MAX_C) break;
         how[0] = LZ_TAKES_STEP_LAYOUT;   /* x */
         if (s->op == LZ_OP_BATCH_NORM || s->op == LZ_OP_BATCH_NORM_GRAD)
             how[s->n_in] = LZ_TAKES_STEP_LAYOUT;
