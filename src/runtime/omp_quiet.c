@@ -66,9 +66,20 @@ static void *parker_main(void *arg)
     return NULL;
 }
 
+static pthread_once_t policy_once = PTHREAD_ONCE_INIT;
+static int policy_chosen;
+
+static void read_policy(void)
+{
+    policy_chosen = getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT");
+}
+
+/* read once: libgomp took its policy from the environment when it loaded,
+   and the executor asks before every program */
 static int user_chose_policy(void)
 {
-    return getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT");
+    pthread_once(&policy_once, read_policy);
+    return policy_chosen;
 }
 
 void lz_omp_quiet_start(void)

@@ -96,11 +96,11 @@ void lz_cpu_fill_random(float *dst, int64_t n, uint64_t seed, int dist, float a,
     int nt = n >= PAR_MIN ? omp_get_max_threads() : 1;
     if (nt < 1) nt = 1;
     if (nt > MAX_THREADS) nt = MAX_THREADS;
+    const uint64_t key = lz_rng_key(seed);
     share s[MAX_THREADS];
     pthread_t t[MAX_THREADS];
     int started[MAX_THREADS] = {0};
-    for (int k = 0; k < nt; k++)
-        s[k] = (share){dst, n * k / nt, n * (k + 1) / nt, lz_rng_key(seed), dist, a, b};
+    for (int k = 0; k < nt; k++) s[k] = (share){dst, n * k / nt, n * (k + 1) / nt, key, dist, a, b};
     for (int k = 1; k < nt; k++) started[k] = pthread_create(&t[k], NULL, fill_share, &s[k]) == 0;
     fill_share(&s[0]);
     /* a range whose thread did not start is drawn here */
