@@ -187,22 +187,41 @@ static void dw_grad_input(const geom *g, const float *gy, const float *w, float 
     }
 }
 
+/* Where lane l of a depthwise block lies in image n of a value [N, C, H,
+   W] with channel block B (0: plain; channels-last: B = C): element
+   (n, c, q) at the returned offset; the pixels q of a channel are
+   `*step` apart. */
+static int64_t dw_lane(int64_t C, int64_t HW, int B, int64_t n, int64_t c, int64_t *step)
+{
+    if (!B) {
+        *step = 1;
+        return (n * C + c) * HW;
+    }
+    *step = B;
+    return ((n * (C / B) + c / B) * HW) * B + c % B;
+}
+
 /* dw[o][kh][kw] = sum over images and output pixels of gy * x at the tap.
    Each tap's sum is a float sum along an output row (the pixels whose
    input is inside the image), added into a double row by row in (image,
-   row) order. DW_LANES output channels go at once: a block's planes of an
-   image are copied channel-minor first, so each multiply-add is one vector
-   over the block's channels, and a tap's row sum stays in registers. One
-   channel at a time (lazyc's kernel before 2026-12-04) the loops paid per
-   row and tap, and a row of a deep layer's 4x4 plane is 4 pixels:
-   mnasnet1_0's 5x5 weight gradients ran at 3-9 GFLOP/s, now 12-23
-   (docs/performance.md, "Depthwise weight gradients"). The sums and their
-   order are the same, so are the bits. */
+   row) order. DW_LANES output channels go at once, each multiply-add one
+   vector over the block's channels, and a tap's row sum stays in
+   registers: where both activations are blocked with the lanes side by
+   side in a pixel (channels-last, or nChw16c, one multiplier a channel)
+   they are read in place; else a block's planes of an image are first
+   copied channel-minor. One channel at a time (lazyc's kernel before
+   2026-12-04) the loops paid per row and tap, and a row of a deep layer's
+   4x4 plane is 4 pixels: mnasnet1_0's 5x5 weight gradients ran at 3-9
+   GFLOP/s, then 12-23 (docs/performance.md, "Depthwise weight
+   gradients"). The sums and their order are the same in every layout, so
+   are the bits. xb, gb: the blocks of x and gy (0: plain). */
 #define DW_LANES 8
-static const char *dw_grad_weight(const geom *g, const float *x, const float *gy, float *dw)
+static const char *dw_grad_weight(const geom *g, const float *x, int xb, const float *gy, int gb,
+                                  float *dw)
 {
     const int64_t KK = g->KH * g->KW, HW = g->H * g->W, blocks = (g->O + DW_LANES - 1) / DW_LANES;
     const size_t floats = (size_t)((HW + g->P) * DW_LANES);
+    const int lanes_together = g->Og == 1 && xb && xb == gb && xb % DW_LANES == 0;
     int oom = 0;
     #pragma omp parallel if (g->N * g->O * g->P * KK > PAR_MIN) reduction(|:oom)
     {
@@ -218,11 +237,23 @@ static const char *dw_grad_weight(const geom *g, const float *x, const float *gy
             if (oom) continue;
             for (int64_t t = 0; t < KK * DW_LANES; t++) acc[t] = 0;
             for (int64_t n = 0; n < g->N; n++) {
-                for (int64_t l = 0; l < DW_LANES; l++) {
-                    const float *xs = x + (n * g->C + (o0 + (l < L ? l : 0)) / g->Og) * HW;
-                    const float *gs = gy + (n * g->O + o0 + (l < L ? l : 0)) * g->P;
-                    for (int64_t q = 0; q < HW; q++) xt[q * DW_LANES + l] = xs[q];
-                    for (int64_t q = 0; q < g->P; q++) gt[q * DW_LANES + l] = gs[q];
+                if (lanes_together && L == DW_LANES) {   /* a pixel's lanes at once */
+                    int64_t xq, gq;
+                    const float *xl = x + dw_lane(g->C, HW, xb, n, o0, &xq);
+                    const float *gl = gy + dw_lane(g->O, g->P, gb, n, o0, &gq);
+                    for (int64_t q = 0; q < HW; q++)
+                        memcpy(xt + q * DW_LANES, xl + q * xq, sizeof(float) * DW_LANES);
+                    for (int64_t q = 0; q < g->P; q++)
+                        memcpy(gt + q * DW_LANES, gl + q * gq, sizeof(float) * DW_LANES);
+                } else {
+                    for (int64_t l = 0; l < DW_LANES; l++) {
+                        const int64_t o = o0 + (l < L ? l : 0);
+                        int64_t xq, gq;
+                        const float *xl = x + dw_lane(g->C, HW, xb, n, o / g->Og, &xq);
+                        const float *gl = gy + dw_lane(g->O, g->P, gb, n, o, &gq);
+                        for (int64_t q = 0; q < HW; q++) xt[q * DW_LANES + l] = xl[q * xq];
+                        for (int64_t q = 0; q < g->P; q++) gt[q * DW_LANES + l] = gl[q * gq];
+                    }
                 }
                 for (int64_t oh = 0; oh < g->OH; oh++) {
                     const float *grow = gt + oh * g->OW * DW_LANES;
@@ -478,7 +509,7 @@ static const char *conv2d_grad_weight(const lz_program *p, const lz_instr *s, vo
         memset(dw, 0, vw->nbytes);
         return NULL;
     }
-    if (g.Cg == 1 && g.G > 1) return dw_grad_weight(&g, x, gy, dw);
+    if (g.Cg == 1 && g.G > 1) return dw_grad_weight(&g, x, vx->block, gy, vg->block, dw);
     const char *err = "lz_conv2d (grad weight): dnnl_sgemm failed";
     const char *oom = "lz_conv2d (grad weight): out of memory";
     const int64_t wn = vw->numel;
@@ -641,16 +672,27 @@ const char *lz_cpu_conv_rows(const lz_program *p, const lz_instr *s, void *const
 const char *lz_cpu_conv_run(const lz_program *p, const lz_instr *s, void *const *ptrs,
                             lz_conv_path path)
 {
-    /* im2col reads plain layouts; blocked steps are oneDNN's (k_dnnl_conv.c) */
+    /* im2col reads plain layouts; blocked steps are oneDNN's (k_dnnl_conv.c),
+       but a depthwise weight gradient's, which its direct loops read */
     int blocked = p->values[s->out].block;
     for (int k = 0; k < s->n_in; k++) blocked |= p->values[s->in[k]].block;
-    if (blocked) return "lz_conv2d: oneDNN made no primitive for a step on blocked layouts";
+    if (blocked && !lz_cpu_conv_dw_grad_weight_blocked(p, s))
+        return "lz_conv2d: oneDNN made no primitive for a step on blocked layouts";
     switch ((lz_op)s->op) {
     case LZ_OP_CONV2D: return conv2d(p, s, ptrs, path);
     case LZ_OP_CONV2D_GRAD_INPUT: return conv2d_grad_input(p, s, ptrs, path);
     case LZ_OP_CONV2D_GRAD_WEIGHT: return conv2d_grad_weight(p, s, ptrs, path);
     default: return "lz_conv2d: not a convolution step";
     }
+}
+
+int lz_cpu_conv_dw_grad_weight_blocked(const lz_program *p, const lz_instr *s)
+{
+    if (s->op != LZ_OP_CONV2D_GRAD_WEIGHT || p->values[s->out].block) return 0;
+    for (int k = 0; k < 2; k++)
+        if (p->values[s->in[k]].dtype != LZ_F32) return 0;
+    const geom g = step_geom(p, s);
+    return g.Cg == 1 && g.G > 1;
 }
 
 int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s)

@@ -139,6 +139,13 @@ int lz_cpu_conv_rows_apply(const lz_program *p, const lz_instr *s);
 size_t lz_cpu_conv_rows_bytes(const lz_program *p, const lz_instr *s);
 const char *lz_cpu_conv_rows(const lz_program *p, const lz_instr *s, void *const *ptrs,
                              void *scratch);
+/* Whether s is a float32 depthwise weight gradient, which k_conv.c's
+   direct loops run on activations in any layout (plain, channel-blocked,
+   channels-last), reading both in place where their channels lie side by
+   side in a pixel: oneDNN 2.6 has a depthwise kernel for it only up to
+   3x3, and ran mnasnet1_0's 5x5 ones as 16x16-blocked groups, 2.6-13
+   GFLOP/s. */
+int lz_cpu_conv_dw_grad_weight_blocked(const lz_program *p, const lz_instr *s);
 /* Whether step s can run GATHERED, and whether its rule picks that. */
 int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s);
 int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_instr *s);
