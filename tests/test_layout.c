@@ -157,7 +157,7 @@ static void check_pass_rules(void)
 /* ---- a small residual CNN on the CPU backend --------------------------- */
 
 typedef struct net {
-    lz_tensor *x, *y, *w1, *c1, *g1, *b1, *w2, *g2, *b2, *sc, *sh, *w3, *fc, *fcb;
+    lz_tensor *x, *y, *w1, *c1, *g1, *b1, *w2, *g2, *b2, *sc, *sh, *w3, *w4, *fc, *fcb;
 } net;
 
 static lz_tensor *param(unsigned seed, float scale, int ndim, const int64_t *shape)
@@ -182,6 +182,7 @@ static void net_init(net *n)
     n->sh = param(12, 0.5f, 4, per_channel);
     const int64_t w3[4] = {64, 64, 1, 1};
     n->w3 = param(13, 0.12f, 4, w3);
+    n->w4 = param(14, 0.12f, 4, w3);
     n->g1 = param(4, 1, 1, c);
     n->b1 = param(5, 0.2f, 1, c);
     n->g2 = param(6, 1, 1, c);
@@ -200,7 +201,8 @@ static void net_free(net *n)
    -bn-relu, max pool, conv-bn + the pooled input, relu, that and the
    pooled input side by side (a concatenation of channels; slices back),
    a per-channel scale and shift with a ReLU (one fused step reading two
-   broadcast operands), a 1x1 conv, global pool, linear, cross entropy */
+   broadcast operands), a 1x1 conv, a 1x1 conv of stride 2 (resnet's
+   downsampling), global pool, linear, cross entropy */
 static lz_tensor *net_loss(net *n)
 {
     const lz_conv2d_opts pad1 = {.padding = {1, 1}};
@@ -213,12 +215,13 @@ static lz_tensor *net_loss(net *n)
     lz_tensor *both[2] = {lz_relu(lz_add(r, h)), h};
     h = lz_relu(lz_add(lz_mul(lz_cat(both, 2, 1), n->sc), n->sh));
     h = lz_conv2d(h, n->w3, NULL, (lz_conv2d_opts){0});
+    h = lz_conv2d(h, n->w4, NULL, (lz_conv2d_opts){.stride = {2, 2}});
     const int64_t flat[2] = {4, 64};
     h = lz_reshape(lz_adaptive_avg_pool2d(h, 1, 1), 2, flat);
     return lz_cross_entropy(lz_linear(h, n->fc, n->fcb), n->y);
 }
 
-#define NRES 13   /* the loss and 12 gradients */
+#define NRES 14   /* the loss and 13 gradients */
 
 typedef struct outcome {
     float v[NRES][9216];
@@ -247,7 +250,7 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
     lz_scope_end();
     lz_tensor *read[NRES] = {loss,          lz_grad(n.w1), lz_grad(n.c1), lz_grad(n.g1),
                              lz_grad(n.b1), lz_grad(n.w2), lz_grad(n.g2), lz_grad(n.b2),
-                             lz_grad(n.sc), lz_grad(n.sh), lz_grad(n.w3), lz_grad(n.fc),
+                             lz_grad(n.sc), lz_grad(n.sh), lz_grad(n.w3), lz_grad(n.w4), lz_grad(n.fc),
                              lz_grad(n.fcb)};
     lz_node *roots[NRES];
     for (int i = 0; i < NRES; i++) roots[i] = read[i]->node;

@@ -139,11 +139,12 @@ typedef struct dnnl_conv {
     dnnl_primitive_t reorder[3];   /* plain <-> blocked; NULL when the layouts agree */
     int unblock;                   /* the weight gradient's block: weight_unblock.c, not reorder[2] */
     dnnl_memory_t plain[3], inner[3], scratchpad;
-    size_t offset[4], bytes;       /* inner[0..2] and the scratchpad in the step's scratch */
+    size_t offset[5], bytes;       /* inner[0..2], the scratchpad, strided rows: the step's scratch */
     int arg[3], value[3];
     int widen;                     /* bf16 operands widened into the scratch, k_conv.c runs */
     int bf16;                      /* prim is a bf16 primitive (counted when run) */
     lz_wgrad_cols *cols;           /* a bf16 weight gradient over columns (conv_wgrad_cols.c) */
+    int strided;                   /* a strided 1x1 product: x's pixels as rows at offset[4] */
 } dnnl_conv;
 
 static int take_engine(void)
@@ -636,6 +637,48 @@ static int reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
     return dnnl_primitive_execute(r, stream, 2, a) != dnnl_success;
 }
 
+/* x [N, H, W, C] of es-byte elements at the pixels (sh*oh, sw*ow) and rows
+   [N*OH*OW, C]: to_rows 1 gathers them, 0 scatters the rows back and
+   zeroes every pixel no row lands on (a strided 1x1 grad input). */
+static void strided_pixels(char *x, char *rows, const int64_t *xs, int64_t OH, int64_t OW,
+                           int64_t sh, int64_t sw, size_t es, int to_rows)
+{
+    const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
+    const size_t px = (size_t)C * es;
+    #pragma omp parallel for schedule(static) if ((double)N * H * W * C > 65536)
+    for (int64_t nh = 0; nh < N * H; nh++) {
+        const int64_t n = nh / H, h = nh % H, oh = h / sh;
+        char *xrow = x + (size_t)nh * (size_t)W * px;
+        const int on_row = h % sh == 0 && oh < OH;
+        if (!to_rows && !on_row) {
+            memset(xrow, 0, (size_t)W * px);
+            continue;
+        }
+        if (!on_row) continue;
+        char *r = rows + (size_t)((n * OH + oh) * OW) * px;
+        for (int64_t w = 0; w < W; w++) {
+            const int on = w % sw == 0 && w / sw < OW;
+            if (to_rows && on) memcpy(r + (size_t)(w / sw) * px, xrow + (size_t)w * px, px);
+            else if (!to_rows && on) memcpy(xrow + (size_t)w * px, r + (size_t)(w / sw) * px, px);
+            else if (!to_rows) memset(xrow + (size_t)w * px, 0, px);
+        }
+    }
+}
+
+/* Which of a 1x1 product's operands (step order) is x */
+static int x_operand(const lz_instr *s) { return s->op == LZ_OP_CONV2D_GRAD_INPUT ? 2 : 0; }
+
+/* A strided 1x1 product's x and its rows in the step's scratch block:
+   gathered before the product (to_rows 1) or scattered after it. */
+static void strided_rows(const dnnl_conv *c, const lz_program *p, const lz_instr *s,
+                         void *const *ptrs, char *block, int to_rows)
+{
+    const lz_value *X, *W, *Y;
+    conv_operands(p, s, &X, &W, &Y);
+    strided_pixels(ptrs[c->value[x_operand(s)]], block + c->offset[4], X->shape, Y->shape[2],
+                   Y->shape[3], s->iattr[0], s->iattr[1], X->nbytes / (size_t)X->numel, to_rows);
+}
+
 static const char *conv_run(void *state, const lz_program *p, const lz_instr *s, void *const *ptrs,
                             void *scratch)
 {
@@ -662,6 +705,10 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
             bad |= dnnl_memory_set_data_handle(c->inner[k], block + c->offset[k]) != dnnl_success;
     }
     bad |= dnnl_memory_set_data_handle(c->scratchpad, block ? block + c->offset[3] : NULL) != dnnl_success;
+    if (c->strided && !bad) {
+        bad = dnnl_memory_set_data_handle(c->plain[x_operand(s)], block + c->offset[4]) != dnnl_success;
+        if (!bad && x_operand(s) == 0) strided_rows(c, p, s, ptrs, block, 1);
+    }
     for (int k = 0; k < 2 && !bad; k++)
         if (c->reorder[k]) bad = reorder(c->reorder[k], c->plain[k], c->inner[k]);
     if (!bad) {
@@ -676,6 +723,7 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
     }
     if (!bad && c->reorder[2]) bad = reorder(c->reorder[2], c->inner[2], c->plain[2]);
     if (!bad) bad = dnnl_stream_wait(stream) != dnnl_success;
+    if (!bad && c->strided && x_operand(s) == 2) strided_rows(c, p, s, ptrs, block, 0);
     if (!bad && c->unblock) {
         const int64_t *w = p->values[c->value[2]].shape;   /* OIHW: 4-d, as unblock_fits saw */
         lz_cpu_weight_unblock((const float *)(block + c->offset[2]), ptrs[c->value[2]], w[0], w[1],
@@ -849,10 +897,10 @@ static int is_1x1_product(const lz_program *p, const lz_instr *s)
     int operands_bf16 = res->dtype == LZ_F32;
     for (int k = 0; k < s->n_in; k++) operands_bf16 &= p->values[s->in[k]].dtype == LZ_BF16;
     return operands_bf16 && X->block == X->shape[1] && Y->block == Y->shape[1] &&
-           W->shape[2] == 1 && W->shape[3] == 1 && a[0] == 1 && a[1] == 1 && a[2] == 0 &&
-           a[3] == 0 && a[4] == 1 && a[5] == 1 && a[6] == 1 && X->shape[2] == Y->shape[2] &&
-           X->shape[3] == Y->shape[3];
+           W->shape[2] == 1 && W->shape[3] == 1 && a[0] >= 1 && a[1] >= 1 && a[2] == 0 &&
+           a[3] == 0 && a[4] == 1 && a[5] == 1 && a[6] == 1;
 }
+
 
 /* That step's matmul in c, its operands in step order; 0 on success. */
 static int build_1x1_product(dnnl_conv *c, const lz_program *p, const lz_instr *s)
@@ -861,7 +909,8 @@ static int build_1x1_product(dnnl_conv *c, const lz_program *p, const lz_instr *
     conv_operands(p, s, &X, &W, &Y);
     if (!take_engine()) return 1;
     c->engine = 1;
-    const int64_t NP = X->shape[0] * X->shape[2] * X->shape[3], C = X->shape[1], O = Y->shape[1];
+    /* strided: x's pixels at the stride are rows in the scratch (strided_pixels) */
+    const int64_t NP = Y->shape[0] * Y->shape[2] * Y->shape[3], C = X->shape[1], O = Y->shape[1];
     /* per step operand: dims, strides, the matmul's argument */
     dnnl_dims_t dims[3], st[3];
     int arg[3];
@@ -901,6 +950,11 @@ static int build_1x1_product(dnnl_conv *c, const lz_program *p, const lz_instr *
     const dnnl_memory_desc_t *sp = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     bad = bad || !sp || dnnl_memory_create(&c->scratchpad, sp, engine, DNNL_MEMORY_NONE) != dnnl_success;
     if (!bad) c->bytes = align64(dnnl_memory_desc_get_size(sp));
+    c->strided = s->iattr[0] > 1 || s->iattr[1] > 1;
+    if (!bad && c->strided) {
+        c->offset[4] = c->bytes;
+        c->bytes += align64((size_t)(NP * C) * (X->nbytes / (size_t)X->numel));
+    }
     if (!bad && dnnl_primitive_create(&c->prim, pd) != dnnl_success) {
         c->prim = NULL;
         bad = 1;
