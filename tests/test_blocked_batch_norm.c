@@ -4,9 +4,11 @@
  * (given the same statistics), the statistics to 1e-6, for blocks of 16
  * and 8 (and a wider and a narrower one, which take the generic loops),
  * and channels-last (a block of all C, k_batch_norm_nhwc.c's kernels),
- * with and without weight and bias, with a ReLU or hardtanh folded in.
+ * with and without weight and bias, with a ReLU or hardtanh folded in,
+ * the widest channels-last case also on a thread with a 128 KB stack.
  * Each step is built by hand, so the kernels are called directly. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -273,6 +275,29 @@ static void empty(void)
     free_bufs(&B);
 }
 
+/* The widest channels-last case on a thread with a small stack, as a
+   program's recording thread may be (a step too small for a job runs on
+   it): the per-channel arrays of 4096 channels are on the heap (they came
+   to 160 KB of stack in the gradient's sums). */
+static void *widest_case(void *arg)
+{
+    (void)arg;
+    compare(&(bn_case){{1, 4096, 2, 2}, 4096, 1, 1, LZ_BN_ACT_RELU});
+    return NULL;
+}
+
+static void small_stack(void)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    CHECK(pthread_attr_init(&attr) == 0);
+    CHECK(pthread_attr_setstacksize(&attr, 128 * 1024) == 0);
+    const int made = pthread_create(&t, &attr, widest_case, NULL) == 0;
+    CHECK(made);
+    if (made) CHECK(pthread_join(t, NULL) == 0);
+    pthread_attr_destroy(&attr);
+}
+
 int main(void)
 {
     static const int64_t shapes[][4] = {
@@ -302,5 +327,6 @@ int main(void)
     }
     dispatched();
     empty();
+    small_stack();
     return lz_test_done();
 }

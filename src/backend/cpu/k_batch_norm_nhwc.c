@@ -40,20 +40,32 @@ static const char *dims_of(const lz_program *p, const lz_instr *s, const int *vs
     return NULL;
 }
 
-/* Per-channel constants of the forward expression (bn_pre_act) */
+/* Per-channel constants of the forward expression (bn_pre_act). On the
+   heap, not the stack: 4096 channels of them, and of the gradient's
+   factors, came to 112 KB on the thread that runs the step, which may be
+   a caller's recording thread with a small stack. */
 typedef struct consts {
-    float m[LZ_BN_NHWC_MAX_C], is[LZ_BN_NHWC_MAX_C], wc[LZ_BN_NHWC_MAX_C], bc[LZ_BN_NHWC_MAX_C];
+    float *m, *is, *wc, *bc;
 } consts;
 
-static void consts_of(consts *k, int64_t C, const float *st, float eps, const float *w,
-                      const float *b)
+/* k's arrays and `more` further per-channel arrays after them in one
+   block (free k->m), or NULL when out of memory */
+static float *consts_of(consts *k, int64_t C, int more, const float *st, float eps,
+                        const float *w, const float *b)
 {
+    float *mem = malloc(sizeof(float) * (size_t)(C ? C : 1) * (size_t)(4 + more));
+    if (!mem) return NULL;
+    k->m = mem;
+    k->is = mem + C;
+    k->wc = mem + 2 * C;
+    k->bc = mem + 3 * C;
     for (int64_t c = 0; c < C; c++) {
         k->m[c] = st[c];
         k->is[c] = bn_inv_std(st, C, c, eps);
         k->wc[c] = w ? w[c] : 1.0f;
         k->bc[c] = b ? b[c] : 0.0f;
     }
+    return mem + 4 * C;
 }
 
 /* The pieces' sums, added in order: out[c] = sum over pieces of part[c] */
@@ -109,9 +121,11 @@ const char *lz_cpu_bn_stats_nhwc(const lz_program *p, const lz_instr *s, void *c
         return NULL;
     }
     const int64_t pieces = (R + PIECE - 1) / PIECE;
-    double *part = malloc(sizeof *part * (size_t)(pieces * C)), tot[LZ_BN_NHWC_MAX_C];
+    /* the pieces' sums, their total, and the mean */
+    double *part = malloc(sizeof *part * (size_t)((pieces + 1) * C) + sizeof(float) * (size_t)C);
     if (!part) return "batch_norm: out of memory for the statistics' partial sums";
-    float mean[LZ_BN_NHWC_MAX_C];
+    double *tot = part + pieces * C;
+    float *mean = (float *)(tot + C);
     const double M = (double)R;
     for (int pass = 0; pass < 2; pass++) {
         const float *m = pass ? mean : NULL;
@@ -153,8 +167,9 @@ const char *lz_cpu_bn_apply_nhwc(const lz_program *p, const lz_instr *s, void *c
     const float eps = *(const float *)ptrs[s->in[2]];
     const int has_w = s->iattr[0] != 0, has_b = s->iattr[1] != 0;
     consts k;
-    consts_of(&k, C, st, eps, has_w ? ptrs[s->in[3]] : NULL,
-              has_b ? ptrs[s->in[3 + has_w]] : NULL);
+    if (!consts_of(&k, C, 0, st, eps, has_w ? ptrs[s->in[3]] : NULL,
+                   has_b ? ptrs[s->in[3 + has_w]] : NULL))
+        return "batch_norm: out of memory for the per-channel constants";
     const consts *kp = &k;
     /* bf16: autocast's cast for the next convolution, folded in by the
        compiler (compile/fuse_bn_act.c); a tile of rows at a time */
@@ -173,6 +188,7 @@ const char *lz_cpu_bn_apply_nhwc(const lz_program *p, const lz_instr *s, void *c
         else apply_rows(x + r0 * C, o, n, C, kp, LZ_BN_ACT_NONE, lo, hi);
         if (bf16) bn_store_bf16(ptrs[s->out], r0 * C, tile, n * C);
     }
+    free(k.m);
     return NULL;
 }
 
@@ -225,12 +241,17 @@ const char *lz_cpu_bn_grad_stats_nhwc(const lz_program *p, const lz_instr *s, vo
     float *gs = ptrs[s->out];
     const float lo = s->fattr[0], hi = s->fattr[1];
     consts k;
-    consts_of(&k, C, st, eps, fw, fb);
+    if (!consts_of(&k, C, 0, st, eps, fw, fb))
+        return "batch_norm: out of memory for the per-channel constants";
     const consts *kp = &k;
     const int64_t pieces = R ? (R + PIECE - 1) / PIECE : 1;
-    double *part = calloc((size_t)(pieces * 2 * C), sizeof *part), sg[LZ_BN_NHWC_MAX_C],
-           sgx[LZ_BN_NHWC_MAX_C];
-    if (!part) return "batch_norm: out of memory for the gradient's partial sums";
+    /* the pieces' two sums, then their totals */
+    double *part = calloc((size_t)((pieces + 1) * 2 * C), sizeof *part);
+    if (!part) {
+        free(k.m);
+        return "batch_norm: out of memory for the gradient's partial sums";
+    }
+    double *sg = part + pieces * 2 * C, *sgx = sg + C;
     #pragma omp parallel for schedule(static) if (R * C > PAR_MIN && pieces > 1)
     for (int64_t q = 0; q < pieces; q++) {
         const int64_t r1 = q * PIECE + PIECE < R ? q * PIECE + PIECE : R;
@@ -243,17 +264,18 @@ const char *lz_cpu_bn_grad_stats_nhwc(const lz_program *p, const lz_instr *s, vo
     }
     add_pieces(part, pieces, C, 2 * C, sg);
     add_pieces(part + C, pieces, C, 2 * C, sgx);
-    free(part);
     for (int64_t c = 0; c < C; c++) {
         gs[c] = (float)sg[c];
         gs[C + c] = (float)(sgx[c] * k.is[c]);
     }
+    free(part);
+    free(k.m);
     return NULL;
 }
 
 /* The gradient's per-channel factors beside the forward's constants */
 typedef struct gconsts {
-    float a[LZ_BN_NHWC_MAX_C], mg[LZ_BN_NHWC_MAX_C], mgx[LZ_BN_NHWC_MAX_C];
+    float *a, *mg, *mgx;
 } gconsts;
 
 static inline void grad_rows(const float *x, const float *g, float *o, int64_t n, int64_t C,
@@ -284,7 +306,11 @@ const char *lz_cpu_bn_grad_nhwc(const lz_program *p, const lz_instr *s, void *co
     const float lo = s->fattr[0], hi = s->fattr[1];
     consts k;
     gconsts q;
-    consts_of(&k, C, st, eps, fw, fb);
+    float *more = consts_of(&k, C, 3, st, eps, fw, fb);
+    if (!more) return "batch_norm: out of memory for the per-channel constants";
+    q.a = more;
+    q.mg = more + C;
+    q.mgx = more + 2 * C;
     const float inv_m = 1.0f / (float)R;
     for (int64_t c = 0; c < C; c++) {
         q.a[c] = (w ? w[c] : 1.0f) * k.is[c];
@@ -309,5 +335,6 @@ const char *lz_cpu_bn_grad_nhwc(const lz_program *p, const lz_instr *s, void *co
         else grad_rows(x + at, g + at, o, n, C, kp, qp, LZ_BN_ACT_NONE, lo, hi);
         if (bf16) bn_store_bf16(ptrs[s->out], at, tile, n * C);
     }
+    free(k.m);
     return NULL;
 }
