@@ -41,9 +41,9 @@ static const char *dims_of(const lz_program *p, const lz_instr *s, const int *vs
 }
 
 /* Per-channel constants of the forward expression (bn_pre_act). On the
-   heap, not the stack: 4096 channels of them, and of the gradient's
-   factors, came to 112 KB on the thread that runs the step, which may be
-   a caller's recording thread with a small stack. */
+   heap, not the stack: 4096 channels of them and of the gradient's
+   factors or sums came to 112-160 KB on the thread that runs the step,
+   which may be a caller's recording thread with a small stack. */
 typedef struct consts {
     float *m, *is, *wc, *bc;
 } consts;

@@ -204,12 +204,14 @@ static int64_t dw_lane(int64_t C, int64_t HW, int B, int64_t n, int64_t c, int64
 /* dw[o][kh][kw] = sum over images and output pixels of gy * x at the tap.
    Each tap's sum is a float sum along an output row (the pixels whose
    input is inside the image), added into a double row by row in (image,
-   row) order. DW_LANES output channels go at once, each multiply-add one
+   row) order. DW_LANES output channels go at once: a block's planes of an
+   image are first copied channel-minor, so each multiply-add is one
    vector over the block's channels, and a tap's row sum stays in
-   registers: where both activations are blocked with the lanes side by
-   side in a pixel (channels-last, or nChw16c, one multiplier a channel)
-   they are read in place; else a block's planes of an image are first
-   copied channel-minor. One channel at a time (lazyc's kernel before
+   registers. Where both activations are blocked with the lanes side by
+   side in a pixel (channels-last, nChw16c, nChw8c; one output a channel)
+   the copy takes a pixel's lanes at once, else lane by lane (read in
+   place instead, with a channels-last row's stride between pixels, the
+   1152-channel step ran at half the speed). One channel at a time (lazyc's kernel before
    2026-12-04) the loops paid per row and tap, and a row of a deep layer's
    4x4 plane is 4 pixels: mnasnet1_0's 5x5 weight gradients ran at 3-9
    GFLOP/s, then 12-23 (docs/performance.md, "Depthwise weight
