@@ -17,10 +17,14 @@ lazyc's own (`lazyc grads --dtype bf16`) and lazyc's against the
 lazyc-style emulation, which is 1 up to float32 sums where the kernels
 round where the design says. Attention's own products (matmul) are not
 emulated, so transformers are out of scope; and a convolution that
-autocast keeps float32 (Winograd's, on an AVX512_BF16 CPU) is emulated
-rounded all the same (docs/design.md, autocast).
+autocast keeps float32 (Winograd's, on an AVX512_BF16 CPU; grouped and
+depthwise ones with AMX) is emulated rounded all the same (docs/design.md,
+autocast): lazyc against the emulation then shows those layers too.
 
-    autocast_rounding.py --lazyc BUILD/lazyc [--models a,b] [--seeds N]
+    autocast_rounding.py --lazyc BUILD/lazyc [--models a,b] [--seeds N] [--eval]
+
+--eval: both passes in eval mode (batch norm on the running statistics),
+as autocast_parity.py --eval. A model may be NAME@SIDExBATCH, as there.
 """
 import argparse
 import os
@@ -96,9 +100,9 @@ def emulation(round_out):
     return conv2d, linear
 
 
-def grads(name, products=None):
+def grads(name, products=None, train=True):
     model, x, y = make_case(name)
-    model = bert_ref.disable_dropout(model.double()).train()
+    model = bert_ref.disable_dropout(model.double()).train(train)
     if products:
         F.conv2d, F.linear = products
     try:
@@ -120,13 +124,14 @@ def cosines(got, ref):
     return out
 
 
-def lazyc_grads(lazyc, name, tmp):
+def lazyc_grads(lazyc, name, tmp, train=True):
     model, x, y = make_case(name)
     w, i, g = (os.path.join(tmp, f) for f in ("w.safetensors", "i.safetensors", "g.safetensors"))
     save_file({k: as_f32(v) for k, v in model.state_dict().items()}, w)
     save_file({"x": x, "y": y}, i)
-    r = subprocess.run([lazyc, "grads", "--model", name, "--size", "smoke", "--weights", w,
-                        "--inputs", i, "--out", g, "--dtype", "bf16"], capture_output=True, text=True)
+    r = subprocess.run([lazyc, "grads", "--model", name.split("@")[0], "--size", "smoke", "--weights", w,
+                        "--inputs", i, "--out", g, "--dtype", "bf16"] + ([] if train else ["--eval"]),
+                       capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{name}: lazyc grads exited {r.returncode}: {r.stderr[-500:]}")
     got, _ = load_file(g)
@@ -138,7 +143,9 @@ def main():
     ap.add_argument("--lazyc", required=True)
     ap.add_argument("--models", default="squeezenet1_1,vgg16,alexnet")
     ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--eval", action="store_true")
     args = ap.parse_args()
+    train = not args.eval
     torch.set_num_threads(2)
     crc32 = model_parity.zlib.crc32
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,11 +154,11 @@ def main():
                 # seed 0: make_case's own (the name's crc32); others: other batches and weights
                 model_parity.zlib.crc32 = crc32 if seed == 0 else (lambda s: lambda b: 7919 * s)(seed)
                 try:
-                    ref, emu = grads(name), grads(name, emulation(False))
+                    ref, emu = grads(name, train=train), grads(name, emulation(False), train)
                     rows = {"lazyc-style": cosines(emu, ref),
-                            "torch-style": cosines(grads(name, emulation(True)), ref)}
+                            "torch-style": cosines(grads(name, emulation(True), train), ref)}
                     if seed == 0:
-                        own = lazyc_grads(args.lazyc, name, tmp)
+                        own = lazyc_grads(args.lazyc, name, tmp, train)
                         rows["lazyc"] = cosines(own, ref)
                         rows["lazyc vs lazyc-style"] = cosines(own, emu)
                 finally:
