@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/bf16_isa.h"
+#include "backend/cpu/k_outer.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/scratch.h"
 #include "base/bf16.h"
@@ -157,6 +158,13 @@ const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *con
     if (lz_cpu_bf16_way() != LZ_BF16_NATIVE) {
         lz_cpu_bf16_notice();
         return widen_and_run(p, s, ptrs);
+    }
+    if (nbatch == 1 && Ba == 1 && Bb == 1 && lz_cpu_outer_fits(M, N, K, tb)) {
+        lz_cpu_outer_bf16(ptrs[s->in[0]], ta, ptrs[s->in[1]], ptrs[s->out], M, N, K);
+        pthread_mutex_lock(&lock);
+        by_library++;
+        pthread_mutex_unlock(&lock);
+        return NULL;
     }
     int64_t key[7];
     if (!ta && Bb == 1 && Ba == nbatch) {            /* one tall product */
