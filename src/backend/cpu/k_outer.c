@@ -29,9 +29,7 @@
 
 int lz_cpu_outer_fits(int64_t M, int64_t N, int64_t K, int tb)
 {
-    static int avx512 = -1;
-    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") != 0;
-    return avx512 && !tb && K >= 1 && K <= OUTER_MAX_K &&
+    return __builtin_cpu_supports("avx512f") && !tb && K >= 1 && K <= OUTER_MAX_K &&
            M * N * (int64_t)sizeof(float) >= OUTER_MIN_BYTES;
 }
 
