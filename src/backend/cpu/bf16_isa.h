@@ -41,8 +41,8 @@ const char *lz_cpu_matmul_f32(const lz_program *p, const lz_instr *s, const floa
 dnnl_primitive_desc_t lz_cpu_bf16_matmul_pd(dnnl_engine_t engine, const dnnl_memory_desc_t *src,
                                             const dnnl_memory_desc_t *wei,
                                             const dnnl_memory_desc_t *dst);
-/* bf16 products run by oneDNN (library 1) or widened to float32 (0), ever
-   (tests). */
+/* bf16 products run on bf16 operands (library 1: oneDNN, or k_outer.c's
+   outer products) or widened to float32 (0), ever (tests). */
 int64_t lz_cpu_bf16_matmul_count(int library);
 int64_t lz_cpu_bf16_conv_count(int library);
 

@@ -1,7 +1,8 @@
 /* MATMUL on bf16 operands (autocast): oneDNN's matmul primitive, bf16
  * source and weights, float32 accumulation and float32 result. One
  * primitive per product shape, made on first use and kept for the process
- * (a training step repeats the same few shapes).
+ * (a training step repeats the same few shapes). A large outer product
+ * (at most 8 rows of b) runs k_outer.c's streaming loops instead.
  *
  * Without AVX512_BF16 (bf16_isa.c), the operands are widened to float32
  * (exactly) and the float32 kernel runs: the same values up to the order

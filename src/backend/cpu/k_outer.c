@@ -8,7 +8,7 @@
  * rows widened once per block, and streaming stores, which skip reading
  * each line before writing it (40 GB/s against 17 for plain stores on
  * that machine; the result is read back from memory by the optimizer's
- * update whatever the stores). 5.9 ms in alexnet's step; the multiply-adds
+ * update whatever the stores). 5.8 ms in alexnet's step; the multiply-adds
  * bound it there (docs/performance.md, "Outer products").
  *
  * c[m, n] = sum over k of a(m, k) b[k, n], the sum in k order (fused
