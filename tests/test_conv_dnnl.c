@@ -17,9 +17,8 @@
 #include "compile/executable.h"
 #include "compile/program.h"
 #include "engine/cache.h"
-#include "engine/tensor.h"
-#include "ir/graph.h"
 #include "testlib.h"
+#include "testlib_compile.h"
 
 #define TOL 1e-5
 
@@ -294,10 +293,7 @@ static void two_convs(int mode, int inspect, const int64_t *xs, int64_t c1, int6
     lz_scope_end();
     lz_tensor *read[3] = {loss, lz_grad(w1), lz_grad(w2)};
     if (inspect) {
-        lz_node *roots[3] = {read[0]->node, read[1]->node, read[2]->node};
-        lz_graph g;
-        lz_graph_cut(&g, roots, 3);
-        lz_executable *e = lz_compile(&g);
+        lz_executable *e = lz_test_compile_step(read, 3);
         CHECK(e != NULL);
         int with_scratch = 0;
         for (int i = 0; e && i < e->prog.n_steps; i++) {
@@ -310,9 +306,7 @@ static void two_convs(int mode, int inspect, const int64_t *xs, int64_t c1, int6
         /* forward, both gradients of the second conv, the first's weight
            gradient: all reorder plain operands */
         CHECK(with_scratch >= 4);
-        if (e) lz_cache_insert(e);
         lz_executable_unref(e);
-        lz_graph_release(&g);
     }
     lz_metrics m0 = lz_metrics_get();
     CHECK(lz_sync(read, 3, 1) == 0);
@@ -376,20 +370,14 @@ static void rows_step(int blocked, rows_run *r)
     CHECK(lz_backward(loss) == 0);
     lz_scope_end();
     lz_tensor *read[5] = {loss, lz_grad(w[0]), lz_grad(w[1]), lz_grad(w[2]), lz_grad(w[3])};
-    lz_node *roots[5];
-    for (int k = 0; k < 5; k++) roots[k] = read[k]->node;
-    lz_graph g;
-    lz_graph_cut(&g, roots, 5);
-    lz_executable *e = lz_compile(&g);
+    lz_executable *e = lz_test_compile_step(read, 5);
     CHECK(e != NULL);
     for (int i = 0; e && i < e->prog.n_steps; i++) {
         const lz_instr *st = &e->prog.steps[i];
         if (st->op == LZ_OP_CONV2D_GRAD_WEIGHT)
             r->blocked += e->prog.values[st->in[0]].block || e->prog.values[st->in[1]].block;
     }
-    if (e) lz_cache_insert(e);
     lz_executable_unref(e);
-    lz_graph_release(&g);
     lz_metrics m0 = lz_metrics_get();
     lz_profile_reset();
     lz_profile_enable(1);

@@ -14,11 +14,8 @@
 
 #include "backend/cpu/kernels.h"
 #include "base/switches.h"
-#include "compile/executable.h"
-#include "engine/cache.h"
-#include "engine/tensor.h"
-#include "ir/graph.h"
 #include "testlib.h"
+#include "testlib_compile.h"
 
 #define TOL 1e-5
 
@@ -150,20 +147,14 @@ static void step(int mode, dw_run *r)
     CHECK(lz_backward(loss) == 0);
     lz_scope_end();
     lz_tensor *read[3] = {lz_grad(w[0]), lz_grad(w[1]), lz_grad(w[2])};
-    lz_node *roots[3];
-    for (int k = 0; k < 3; k++) roots[k] = read[k]->node;
-    lz_graph g;
-    lz_graph_cut(&g, roots, 3);
-    lz_executable *e = lz_compile(&g);
+    lz_executable *e = lz_test_compile_step(read, 3);
     CHECK(e != NULL);
     for (int i = 0; e && i < e->prog.n_steps; i++) {
         const lz_instr *st = &e->prog.steps[i];
         if (st->op == LZ_OP_CONV2D_GRAD_WEIGHT && st->iattr[6] > 1)
             r->blocks = (e->prog.values[st->in[0]].block != 0) + (e->prog.values[st->in[1]].block != 0);
     }
-    if (e) lz_cache_insert(e);
     lz_executable_unref(e);
-    lz_graph_release(&g);
     const lz_metrics m0 = lz_metrics_get();
     lz_profile_reset();
     lz_profile_enable(1);

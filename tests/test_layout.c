@@ -22,9 +22,8 @@
 #include "backend/cpu/kernels.h"
 #include "compile/executable.h"
 #include "engine/cache.h"
-#include "engine/tensor.h"
-#include "ir/graph.h"
 #include "testlib.h"
+#include "testlib_compile.h"
 
 /* ---- the pass, on hand-made programs ------------------------------------ */
 
@@ -252,11 +251,7 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
                              lz_grad(n.b1), lz_grad(n.w2), lz_grad(n.g2), lz_grad(n.b2),
                              lz_grad(n.sc), lz_grad(n.sh), lz_grad(n.w3), lz_grad(n.w4), lz_grad(n.fc),
                              lz_grad(n.fcb)};
-    lz_node *roots[NRES];
-    for (int i = 0; i < NRES; i++) roots[i] = read[i]->node;
-    lz_graph g;
-    lz_graph_cut(&g, roots, NRES);
-    lz_executable *e = lz_compile(&g);
+    lz_executable *e = lz_test_compile_step(read, NRES);
     CHECK(e != NULL);
     o->boundary_ok = 1;
     for (int v = 0; e && v < e->prog.n_values; v++) {
@@ -271,9 +266,7 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
         const lz_value *out = &e->prog.values[st->out];
         o->cat_nhwc |= st->op == LZ_OP_CAT && out->block > 16 && out->block == out->shape[1];
     }
-    if (e) lz_cache_insert(e);
     lz_executable_unref(e);
-    lz_graph_release(&g);
     lz_metrics m0 = lz_metrics_get();
     CHECK(lz_sync(read, NRES, 1) == 0);   /* cuts the graph of read[], as above */
     for (int i = 0; i < NRES; i++) {

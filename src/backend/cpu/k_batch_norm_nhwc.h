@@ -6,14 +6,14 @@
 
 #include "backend/cpu/kernels.h"
 
-/* Whether x is channels-last with more channels than one AVX-512 block
-   (16 or fewer: the same bytes as one block of nChw16c or nChw8c, which
-   the blocked kernels run) */
-/* The widest channels-last x these kernels take (their per-channel
-   constants and sums are arrays of this many; wider x stays plain,
+/* The widest channels-last x these kernels take (their per-row sums and
+   bf16 tiles are stack arrays of this many floats; wider x stays plain,
    operand_layouts.c) */
 #define LZ_BN_NHWC_MAX_C 4096
 
+/* Whether x is channels-last with more channels than one AVX-512 block
+   (16 or fewer: the same bytes as one block of nChw16c or nChw8c, which
+   the blocked kernels run) */
 static inline int lz_cpu_bn_nhwc(const lz_value *x)
 {
     return x->block > 16 && x->block == x->shape[1];
