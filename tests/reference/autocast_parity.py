@@ -9,27 +9,32 @@ similarity with float64's at least COS_MIN and no more than COS_MARGIN
 below PyTorch autocast's own cosine on that tensor. Gradients float64
 gives as (near) zero are left out of the cosine test (their direction is
 rounding). Where PyTorch autocast's own cosine on some tensor of the model
-is below COS_MIN (batch-norm models over a batch of 2, resnext50's eval
-pass) the floor is its worst instead, and the margin applies to every
-tensor; the line counts the tensors below COS_MIN. Prints one line per
+is below COS_MIN (batch-norm models over a batch of 2, the convolution
+models' first layers) the floor is its worst less COS_MARGIN instead, and
+the margin applies to every tensor; the line counts the tensors below
+COS_MIN. Prints one line per
 model and the worst tensor; exit 1 on a failure, 77 without torch.
 
-    autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...] [--eval] [--draws N]
+    autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...] [--eval] [--cases N]
 
 A model given as NAME@SIDExBATCH runs on images of that side and batch
 (model_parity.py's shape cases), with weights seeded by the whole name.
 --eval compares the pass in eval mode (batch norm on the running
 statistics) on both sides.
 
---draws N compares means over N draws: draw j moves every 1-d parameter
-(norm weights and biases, biases) j float32 ulps up, on all three sides.
-A change that small is float32 rounding; a deep model under bf16
-rounding amplifies it into another draw of its bf16 error (resnet50 in
-eval mode: lazyc's own loss 3.6773 -> 3.7049 and its gradients at mean
-cosine 0.976 with its own, from one ulp on every batch-norm weight), so
-one draw's cosine on one tensor moves by up to 0.04 and the margin to
-PyTorch's (0.01) is a statement about means. Each criterion then applies
-to the mean over the draws of the loss error and of each tensor's cosine.
+--cases N compares means over N cases: make_case's own weights and batch
+and N - 1 other seeded draws of both. The distance of a bf16 gradient from
+float64's is itself a draw: a deep model under bf16 rounding grows a few
+flipped roundings into another draw of its error (resnet50 in eval mode:
+one float32 ulp on every batch-norm weight moved lazyc's gradients to a
+mean cosine of 0.976 with its own); and cases differ (squeezenet1_1: one
+tensor's cosine ranges over 0.15 between cases, so means over 8 cases
+still differ from PyTorch's by 0.02 where 48 cases' differ by 0.0016 +-
+0.003). One case then says which system was lucky on it, not which rounds
+better; the criteria apply to the means over the cases of the loss error
+and of each tensor's cosine, and the line gives the standard error of the
+largest difference from PyTorch (paired over the cases), which says
+whether N was enough.
 """
 import argparse
 import os
@@ -78,36 +83,20 @@ def cosine(a, b):
     return float((a @ b) / (na * nb))
 
 
-def nudged(model, j):
-    """The model with every 1-d floating parameter (norm weights and
-    biases, biases) moved j float32 ulps up: a change of the size of
-    float32 rounding, which a deep model under bf16 rounding can amplify
-    into a different draw of its bf16 error (the --draws option)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 1 and p.is_floating_point():
-                v = p.float()
-                for _ in range(j):
-                    v = torch.nextafter(v, torch.tensor(float("inf")))
-                p.copy_(v.to(p.dtype))
-    return model
-
-
-def draw(name, lazyc, tmp, train, j):
-    """One draw: (lazyc's loss and gradients, PyTorch autocast's, float64's)
-    for the model's weights nudged j ulps; (None, message) on a failure."""
-    model, x, y = make_case(name)
-    nudged(model, j)
+def run_case(name, lazyc, tmp, train, case):
+    """One case: (lazyc's loss and gradients, PyTorch autocast's, float64's)
+    for make_case's case `case`; (None, message) on a failure."""
+    model, x, y = make_case(name, case)
     w, i, g = (os.path.join(tmp, f) for f in ("w.safetensors", "i.safetensors", "g.safetensors"))
     save_file({k: as_f32(v) for k, v in model.state_dict().items()}, w)
     save_file({"x": x, "y": y}, i)
-    ref = grads_of(bert_ref.disable_dropout(nudged(make_case(name)[0], j).double()).train(train), x, y, False)
+    ref = grads_of(bert_ref.disable_dropout(make_case(name, case)[0].double()).train(train), x, y, False)
     try:
-        tac = grads_of(bert_ref.disable_dropout(nudged(make_case(name)[0], j)).train(train), x, y, True)
+        tac = grads_of(bert_ref.disable_dropout(make_case(name, case)[0]).train(train), x, y, True)
     except RuntimeError as e:
         # torch 1.13 has no bf16 backward for some ops (mobilenet_v2's
         # hardtanh): float64 alone is the reference then, said so
-        if j == 0:
+        if case == 0:
             print(f"{name}: PyTorch autocast failed ({str(e).splitlines()[0]}); "
                   f"compared with float64 alone", flush=True)
         tac = {k: None for k in ref}
@@ -121,10 +110,10 @@ def draw(name, lazyc, tmp, train, j):
     return (got, tac, ref), None
 
 
-def check(name, lazyc, tmp, train, draws):
+def check(name, lazyc, tmp, train, cases):
     runs = []
-    for j in range(draws):
-        run, err = draw(name, lazyc, tmp, train, j)
+    for case in range(cases):
+        run, err = run_case(name, lazyc, tmp, train, case)
         if err:
             return False, err
         runs.append(run)
@@ -133,7 +122,7 @@ def check(name, lazyc, tmp, train, draws):
     kept = [k for k, v in ref0.items()
             if k != "loss" and v is not None and float(v.abs().max()) >= 1e-6 * scale]
     # per tensor, lazyc's and PyTorch autocast's cosine with float64, the
-    # mean over the draws (one draw: the cosine itself)
+    # mean over the cases (one case: the cosine itself)
     c_lz = {k: [] for k in kept}
     c_t = {k: [] for k in kept}
     lerrs, terrs = [], []
@@ -155,14 +144,16 @@ def check(name, lazyc, tmp, train, draws):
     worst, n, below = (2.0, "", 0), 0, 0
     short = (-2.0, "")   # the most lazyc's cosine falls below PyTorch autocast's
     worst_t = min(ctorch.values(), default=2.0)
-    # below COS_MIN passes only down to PyTorch autocast's worst on the
-    # model: where its own rounding takes a tensor below COS_MIN, that is
-    # the model's floor at this size (batch norm over 2 images amplifies
+    # below COS_MIN passes only where PyTorch autocast's own rounding takes
+    # some tensor of the model below it (batch norm over 2 images amplifies
     # any rounding: resnet18's first layers reach 0.93 in lazyc, 0.91 in
-    # PyTorch; resnext50's eval pass 0.985 in PyTorch, and which of its
-    # tensors land near 0.99 moves with the order of float32 sums);
-    # counted, and the margin to PyTorch's own cosine applies everywhere
-    floor = min(COS_MIN, worst_t)
+    # PyTorch; vgg16's first layer 0.94-0.96 in both), and then down to
+    # PyTorch's worst less the margin: without the margin the floor is a
+    # coin toss wherever both systems' worst tensor is the same one
+    # (vgg16's features.0.weight over 4 cases: lazyc 0.94455, PyTorch
+    # 0.94513, each case's cosine moving by 0.02); counted, and the margin
+    # to PyTorch's own cosine applies everywhere
+    floor = COS_MIN if worst_t >= COS_MIN else worst_t - COS_MARGIN
     for k in kept:
         n += 1
         c, ct = cl[k], ctorch[k]
@@ -174,7 +165,14 @@ def check(name, lazyc, tmp, train, draws):
             below += 1
         if not (c >= floor and c >= ct - COS_MARGIN):
             fails.append(f"{k}: cosine {c:.5f} (torch autocast {ct:.5f}, its worst {worst_t:.5f})")
-    of = f" (means of {draws} draws; lazyc's cosine on one tensor moved up to {spread:.5f} between draws)" if draws > 1 else ""
+    of = ""
+    if cases > 1:
+        of = f" (means of {cases} cases; lazyc's cosine on one tensor moved up to {spread:.5f} between them"
+        if short[1]:
+            d = [t - c for t, c in zip(c_t[short[1]], c_lz[short[1]])]
+            var = sum((v - short[0]) ** 2 for v in d) / (cases - 1)
+            of += f"; standard error of the most below: {(var / cases) ** 0.5:.5f}"
+        of += ")"
     line = (f"{name}{'' if train else ' (eval)'}: loss rel err {lerr:.1e} (torch autocast {terr:.1e}); {n} gradients, "
             f"worst cosine {worst[0]:.5f} on {worst[1]} (torch autocast there {worst[2]:.5f}, "
             f"its worst {worst_t:.5f}); {below} below {COS_MIN}"
@@ -189,17 +187,17 @@ def main():
     ap.add_argument("--lazyc", required=True)
     ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--eval", action="store_true")
-    ap.add_argument("--draws", type=int, default=1)
+    ap.add_argument("--cases", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(2)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            good, line = check(name, args.lazyc, tmp, not args.eval, max(1, args.draws))
+            good, line = check(name, args.lazyc, tmp, not args.eval, max(1, args.cases))
             print(line, flush=True)
             ok &= good
     print(f"autocast parity: {'passed' if ok else 'FAILED'} (loss within {LOSS_TOL} of float64, "
-          f"gradient cosine >= {COS_MIN}, or PyTorch autocast's worst on the model where lower, "
+          f"gradient cosine >= {COS_MIN}, or PyTorch autocast's worst on the model less {COS_MARGIN} where lower, "
           f"and within {COS_MARGIN} of PyTorch autocast's)")
     return 0 if ok else 1
 
