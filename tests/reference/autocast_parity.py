@@ -15,7 +15,7 @@ the margin applies to every tensor; the line counts the tensors below
 COS_MIN. Prints one line per
 model and the worst tensor; exit 1 on a failure, 77 without torch.
 
-    autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...] [--eval] [--cases N]
+    autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...] [--eval] [--cases N (4)]
 
 A model given as NAME@SIDExBATCH runs on images of that side and batch
 (model_parity.py's shape cases), with weights seeded by the whole name.
@@ -57,7 +57,8 @@ from write_safetensors import load_file, save_file  # noqa: E402
 LOSS_TOL = 1e-2
 COS_MIN = 0.99
 COS_MARGIN = 0.01
-DEFAULT_MODELS = "resnet18,alexnet,BERT_pytorch,timm_vision_transformer,squeezenet1_1"
+# test_autocast_parity's set; each model needs enough cases (squeezenet1_1: 48)
+DEFAULT_MODELS = "BERT_pytorch,timm_vision_transformer,alexnet,vgg16"
 
 
 def grads_of(model, x, y, autocast):
@@ -187,7 +188,7 @@ def main():
     ap.add_argument("--lazyc", required=True)
     ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--eval", action="store_true")
-    ap.add_argument("--cases", type=int, default=1)
+    ap.add_argument("--cases", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(2)
     ok = True
