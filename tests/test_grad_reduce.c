@@ -1,7 +1,7 @@
 /* Reductions: gradient checks of sum, mean and max over axis sets,
  * forward values by hand, the tie rule of max's gradient, and every kernel
- * path (all reduced, inner runs, outer rows, mixed axes, parallel sizes)
- * against a host loop in double. */
+ * path (all reduced, inner runs, outer rows, mixed axes, parallel sizes,
+ * rows summed in bands) against a host loop in double. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -247,12 +247,13 @@ static void kernel_paths(void)
 {
     const int64_t nchw[] = {16, 3, 32, 32}, big[] = {300000}, col[] = {1000, 70},
                   row[] = {70, 1000}, mid[] = {4, 50, 300}, mixed[] = {6, 5, 4, 3},
-                  ones[] = {3, 1, 4};
+                  ones[] = {3, 1, 4}, bias[] = {8, 65, 384}, outer[] = {3, 200, 5},
+                  two[] = {40, 3, 50, 6}, uneven[] = {130, 7};
     const int a023[] = {0, 2, 3}, a0[] = {0}, a1[] = {1}, a13[] = {1, 3}, a02[] = {0, 2},
               a012[] = {0, 1, 2}, a3[] = {3};
     kernel_case(4, nchw, 3, a023, 300);   /* batch-norm style: reduced, kept, reduced */
     kernel_case(1, big, 1, a0, 301);      /* all reduced, chunks in parallel */
-    kernel_case(2, col, 1, a0, 302);      /* outer rows into a kept row */
+    kernel_case(2, col, 1, a0, 302);      /* outer rows into a kept row, in 15 bands of rows */
     kernel_case(2, row, 1, a1, 303);      /* contiguous inner runs */
     kernel_case(3, mid, 1, a1, 304);      /* middle axis: kept rows with an outer kept group */
     kernel_case(4, mixed, 2, a13, 305);   /* inner runs plus an outer reduced group */
@@ -261,6 +262,12 @@ static void kernel_paths(void)
     kernel_case(3, ones, 1, a1, 308);     /* reducing a size-1 axis is a copy */
     kernel_case(3, ones, 3, a012, 309);
     kernel_case(4, nchw, 1, a1, 310);     /* large, middle axis, parallel rows */
+    /* few output rows over many source rows: the rows summed in bands */
+    const int a01[] = {0, 1};
+    kernel_case(3, bias, 2, a01, 311);    /* a bias gradient, 8 bands */
+    kernel_case(3, outer, 1, a1, 312);    /* an outer kept group, 3 bands */
+    kernel_case(4, two, 2, a02, 313);     /* two reduced groups, 31 bands */
+    kernel_case(2, uneven, 1, a0, 314);   /* 2 bands of 65 */
 }
 
 int main(void)

@@ -7,7 +7,11 @@
  *    thread count;
  *  - last group reduced: each output element folds contiguous runs;
  *  - last group kept: each output row accumulates whole contiguous source
- *    rows (the column-sum case, e.g. a bias gradient over a batch).
+ *    rows (the column-sum case, e.g. a bias gradient over a batch); where
+ *    that leaves few items to share out (a bias gradient is one output
+ *    row), the source rows are cut into bands summed in parallel and then
+ *    combined in band order. The bands follow from the shape alone, so the
+ *    result does not depend on the thread count either.
  * Accumulators are 8 bytes: double for f32 (sums keep their precision over
  * long runs), int64 for integers.
  */
@@ -21,6 +25,9 @@
 #define TOTAL_CHUNK 16384   /* elements per partial in the all-reduced path */
 #define ROW_CHUNK 512       /* accumulator row length in the last-kept path */
 #define LANES 8             /* independent accumulators, so the fold vectorises */
+#define BAND_ROWS 64        /* at least this many source rows to a band */
+#define MAX_BANDS 32
+#define FEW_ITEMS 16        /* below this many output chunks, rows are cut into bands */
 
 /* storage for one accumulator of either kind */
 typedef union acc8 {
@@ -203,6 +210,36 @@ static const char *reduce_blocked(const lz_program *p, const lz_instr *s, void *
     return NULL;
 }
 
+/* The last-kept path over few output rows (a bias gradient: one row of a
+   few hundred columns over hundreds of source rows): band b of `bands`
+   sums source rows [b * count / bands, (b + 1) * count / bands) of each
+   output row into its own partial, the bands in parallel, and the partials
+   are then added in band order. */
+static const char *column_bands(const red_ops *ops, const groups *g, const int *kept, int nk,
+                                const int *red, int nr, const char *x, size_t esz, int64_t count,
+                                int64_t width, int64_t orows, int64_t bands, char *out,
+                                double scale)
+{
+    const int64_t cells = orows * width;
+    acc8 *part = malloc((size_t)(bands * cells) * sizeof *part);
+    if (!part) return "reduce kernel: out of memory";
+    LZ_PAR_FOR(orows * count * width > PAR_MIN, it, orows * bands, {
+        int64_t orow = it / bands, b = it % bands;
+        int64_t base = offset_of(g, kept, nk - 1, orow);
+        acc8 *acc = part + (size_t)(b * cells + orow * width);
+        ops->init(acc, width);
+        for (int64_t r = b * count / bands; r < (b + 1) * count / bands; r++) {
+            int64_t off = base + offset_of(g, red, nr, r);
+            ops->fold_rows(acc, x + (size_t)off * esz, width);
+        }
+    });
+    for (int64_t b = 1; b < bands; b++)
+        for (int64_t j = 0; j < cells; j++) ops->merge(&part[j], &part[(size_t)(b * cells + j)]);
+    ops->store(out, part, cells, scale);
+    free(part);
+    return NULL;
+}
+
 static const char *run_reduce(const lz_program *p, const lz_instr *s, void *const *ptrs,
                               const red_ops *ops, int mean)
 {
@@ -246,6 +283,10 @@ static const char *run_reduce(const lz_program *p, const lz_instr *s, void *cons
     /* innermost group kept: accumulate whole source rows into output rows */
     int64_t width = g.size[g.n - 1], orows = ov->numel / width;
     int64_t nchunks = (width + ROW_CHUNK - 1) / ROW_CHUNK, items = orows * nchunks;
+    int64_t bands = items < FEW_ITEMS ? count / BAND_ROWS : 1;
+    if (bands > MAX_BANDS) bands = MAX_BANDS;
+    if (bands > 1) return column_bands(ops, &g, kept, nk, red, nr, x, esz, count, width, orows,
+                                       bands, out, scale);
     LZ_PAR_FOR(total > PAR_MIN && items > 1, it, items, {
         int64_t orow = it / nchunks, c0 = (it % nchunks) * ROW_CHUNK;
         int64_t len = width - c0 < ROW_CHUNK ? width - c0 : ROW_CHUNK;
