@@ -225,6 +225,15 @@ static void test_determinism(void)
     float *h1 = draw(100, 0.5f), *h2 = draw(100, 0.5f);
     CHECK(big && h1 && h2 && same(big, h1, 100) && same(big + 100, h2, 100));
     free(big); free(h1); free(h2);
+
+    /* and across the kernel's work items (65536 elements each): element i
+       depends on counter + i alone, wherever an item starts */
+    lz_manual_seed(6);
+    float *whole = draw(200000, 0.5f);
+    lz_manual_seed(6);
+    float *p1 = draw(70001, 0.5f), *p2 = draw(129999, 0.5f);
+    CHECK(whole && p1 && p2 && same(whole, p1, 70001) && same(whole + 70001, p2, 129999));
+    free(whole); free(p1); free(p2);
 }
 
 /* ---- a captured training step with dropout ------------------------------------ */

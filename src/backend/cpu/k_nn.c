@@ -9,6 +9,7 @@
 #include "backend/cpu/activation.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/rng_bits.h"
+#include "backend/cpu/vec_math.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -130,6 +131,20 @@ static rng_stream stream_of(const lz_instr *s, void *const *ptrs)
 
 static inline uint64_t stream_bits(rng_stream r, int64_t i) { return lz_rng_bits(r.key, r.counter, i); }
 
+#define MASK_CHUNK 65536   /* elements of a mask per work item */
+
+/* Elements [i0, i1) of a dropout mask. Integer arithmetic alone, so every
+   copy gives the same bits; the AVX-512 one multiplies eight 64-bit lanes
+   at a time, twice the build's AVX2 (BERT's masks are 3-4% of its step). */
+static LZ_MATH_CLONES void mask_range(float *m, int64_t i0, int64_t i1, rng_stream rs,
+                                      uint64_t thresh, float keep)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        uint64_t r = stream_bits(rs, i);
+        m[i] = (r >> 32) < thresh ? 0.0f : keep;
+    }
+}
+
 /* (seed, counter) -> element i is 0 with probability p (to 2^-32) and
    1/(1-p) otherwise, drawn from (seed, counter + i) alone. */
 static const char *k_dropout_mask(const lz_program *p, const lz_instr *s, void *const *ptrs)
@@ -142,9 +157,9 @@ static const char *k_dropout_mask(const lz_program *p, const lz_instr *s, void *
     const double th = (double)prob * 4294967296.0;
     const uint64_t thresh = th >= 4294967296.0 ? 4294967296ull : th <= 0 ? 0 : (uint64_t)(th + 0.5);
     const float keep = prob < 1.0f ? 1.0f / (1.0f - prob) : 0.0f;
-    LZ_PAR_FOR(n > PAR_MIN, i, n, {
-        uint64_t r = stream_bits(rs, i);
-        m[i] = (r >> 32) < thresh ? 0.0f : keep;
+    const int64_t chunks = (n + MASK_CHUNK - 1) / MASK_CHUNK;
+    LZ_PAR_FOR(n > PAR_MIN, c, chunks, {
+        mask_range(m, c * MASK_CHUNK, c + 1 < chunks ? (c + 1) * MASK_CHUNK : n, rs, thresh, keep);
     });
     return NULL;
 }
