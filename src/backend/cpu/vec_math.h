@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-/* For loops bound by arithmetic, not memory (gelu, exp): an AVX-512 copy
-   beside the build's own, chosen when the library loads by what the CPU
-   reports. The build leaves AVX-512 out (CMakeLists.txt: valgrind cannot
+/* For loops bound by arithmetic, not memory (gelu, exp, dropout masks):
+   an AVX-512 copy beside the build's own, chosen when the library loads by
+   what the CPU reports. The build leaves AVX-512 out (CMakeLists.txt: valgrind cannot
    run it, and it does not report it, so there the build's copy runs).
    Without contraction (C11) both copies round every operation alike, so
    the values do not depend on which runs. Not under ThreadSanitizer: the
