@@ -133,9 +133,10 @@ static inline uint64_t stream_bits(rng_stream r, int64_t i) { return lz_rng_bits
 
 #define MASK_CHUNK 65536   /* elements of a mask per work item */
 
-/* Elements [i0, i1) of a dropout mask. Integer arithmetic alone, so every
-   copy gives the same bits; the AVX-512 one multiplies eight 64-bit lanes
-   at a time, twice the build's AVX2 (BERT's masks are 3-4% of its step). */
+/* Elements [i0, i1) of a dropout mask: three 64-bit multiplies an element,
+   which AVX2 (the build's) makes of 32-bit ones four lanes at a time and
+   the AVX-512 copy eight. Integer arithmetic alone, so every copy gives
+   the same bits. */
 static LZ_MATH_CLONES void mask_range(float *m, int64_t i0, int64_t i1, rng_stream rs,
                                       uint64_t thresh, float keep)
 {
