@@ -201,6 +201,18 @@ static void sequence(int eager, uint64_t seed, float **out, int64_t n, int count
     lz_set_eager(0);
 }
 
+/* From one seed, a draw of n1 + n2 is a draw of n1 and then one of n2,
+   element for element. */
+static void draws_continue(uint64_t seed, int64_t n1, int64_t n2)
+{
+    lz_manual_seed(seed);
+    float *whole = draw(n1 + n2, 0.5f);
+    lz_manual_seed(seed);
+    float *p1 = draw(n1, 0.5f), *p2 = draw(n2, 0.5f);
+    CHECK(whole && p1 && p2 && same(whole, p1, n1) && same(whole + n1, p2, n2));
+    free(whole); free(p1); free(p2);
+}
+
 static void test_determinism(void)
 {
     enum { N = 5000, K = 4 };
@@ -217,23 +229,11 @@ static void test_determinism(void)
     }
     for (int k = 0; k < K; k++) { free(lazy[k]); free(eager[k]); free(again[k]); free(other[k]); }
 
-    /* the counter advances by the size of each draw: a draw of 2n
-       continues where two draws of n would, element for element */
-    lz_manual_seed(5);
-    float *big = draw(200, 0.5f);
-    lz_manual_seed(5);
-    float *h1 = draw(100, 0.5f), *h2 = draw(100, 0.5f);
-    CHECK(big && h1 && h2 && same(big, h1, 100) && same(big + 100, h2, 100));
-    free(big); free(h1); free(h2);
-
-    /* and across the kernel's work items (65536 elements each): element i
+    /* the counter advances by the size of each draw */
+    draws_continue(5, 100, 100);
+    /* across the kernel's work items (65536 elements each): element i
        depends on counter + i alone, wherever an item starts */
-    lz_manual_seed(6);
-    float *whole = draw(200000, 0.5f);
-    lz_manual_seed(6);
-    float *p1 = draw(70001, 0.5f), *p2 = draw(129999, 0.5f);
-    CHECK(whole && p1 && p2 && same(whole, p1, 70001) && same(whole + 70001, p2, 129999));
-    free(whole); free(p1); free(p2);
+    draws_continue(6, 70001, 129999);
 }
 
 /* ---- a captured training step with dropout ------------------------------------ */

@@ -12,8 +12,8 @@ rounding). Where PyTorch autocast's own cosine on some tensor of the model
 is below COS_MIN (batch-norm models over a batch of 2, the convolution
 models' first layers) the floor is its worst less COS_MARGIN instead, and
 the margin applies to every tensor; the line counts the tensors below
-COS_MIN. Prints one line per
-model and the worst tensor; exit 1 on a failure, 77 without torch.
+COS_MIN. Prints one line per model and the worst tensor; exit 1 on a
+failure, 77 without torch.
 
     autocast_parity.py --lazyc BUILD/lazyc [--models a,b,...] [--eval] [--cases N (4)]
 

@@ -11,8 +11,9 @@
    what the CPU reports. The build leaves AVX-512 out (CMakeLists.txt:
    valgrind cannot run it, and it does not report it, so there the build's
    copy runs). Without contraction (C11) both copies round every operation
-   alike, so the values do not depend on which runs. Not under ThreadSanitizer: the
-   loader runs the choosing function before TSan's runtime is up. */
+   alike, so the values do not depend on which runs. Not under
+   ThreadSanitizer: the loader runs the choosing function before TSan's
+   runtime is up. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX512F__) && \
     !defined(__SANITIZE_THREAD__)
 #define LZ_MATH_CLONES __attribute__((target_clones("avx512f", "default")))
