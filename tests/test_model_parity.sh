@@ -12,8 +12,9 @@
 # state is compared after the step before it, with the losses up to it,
 # and a line says so (docs/testing.md, "Ties within rounding").
 # PyTorch's side is computed once per version of the reference scripts and
-# of torch, and kept under ~/.cache/lazyc/parity (LZ_PARITY_CACHE=DIR puts
-# it elsewhere, =off recomputes): the sanitizer run reuses the plain one's.
+# of torch, thread count and DNNL_MAX_CPU_ISA, and kept under
+# ~/.cache/lazyc/parity (LZ_PARITY_CACHE=DIR puts it elsewhere, =off
+# recomputes): the sanitizer run reuses the plain one's.
 #
 #   test_model_parity.sh BUILD_DIR [MODEL,MODEL,...]
 #

@@ -453,16 +453,21 @@ CASE_SOURCES = ("bert_ref.py", "choices.py", "fmnist_ref.py", "model_parity.py",
 def cache_root():
     """Where reference cases are kept between runs: the plain and the
     sanitizer runs of the suite, one after the other in CI, compute PyTorch's
-    side once (it is most of the test's time). Keyed by these scripts and the
-    torch and torchvision versions, so a change to either computes anew.
-    LZ_PARITY_CACHE=off computes every time."""
+    side once (it is most of the test's time). Keyed by these scripts, the
+    torch and torchvision versions, and what changes PyTorch's own f32
+    results (its threads, oneDNN's ISA cap), so a change to any computes
+    anew: the tolerances and the ties come from PyTorch's f32 run, and a
+    suite run under DNNL_MAX_CPU_ISA=AVX2 beside a plain one must not take
+    whichever run wrote first. LZ_PARITY_CACHE=off computes every time."""
     root = os.environ.get("LZ_PARITY_CACHE")
     if root == "off":
         return None
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "lazyc", "parity")
-    h = hashlib.sha256(f"{torch.__version__} {torchvision.__version__}".encode())
+    h = hashlib.sha256(f"{torch.__version__} {torchvision.__version__} {torch.get_num_threads()} "
+                       f"{os.environ.get('DNNL_MAX_CPU_ISA', '')} "
+                       f"{os.environ.get('ONEDNN_MAX_CPU_ISA', '')}".encode())
     for f in CASE_SOURCES:
         with open(os.path.join(HERE, f), "rb") as fh:
             h.update(f.encode() + b"\0" + fh.read())
