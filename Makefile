@@ -9,10 +9,11 @@
 #   make check-asan   every test built with ASan + UBSan (build-asan/)
 #   make check-tsan   the threaded runtime tests built with TSan (build-tsan/)
 #   make check-fuzz   the fuzz targets, 60 s each (tests/fuzz/run.sh)
+#   make check-avx2   every test again with oneDNN capped to AVX2
 #   make check-portable  the convolution and parity tests in a -DLZ_NATIVE=OFF
 #                     build (build-portable/), also with oneDNN capped to AVX2
-#   make check-all    test, check-asan, check-tsan, check-fuzz, check-portable
-#                     (what CI runs)
+#   make check-all    test, check-avx2, check-asan, check-tsan, check-fuzz,
+#                     check-portable (what CI runs)
 
 BUILD   ?= build
 PREFIX  ?= /usr/local
@@ -20,7 +21,7 @@ JOBS    ?= 2
 CMAKE   ?= cmake
 
 .PHONY: all setup configure build demo test install clean \
-        check-asan check-tsan check-fuzz check-portable check-all
+        check-avx2 check-asan check-tsan check-fuzz check-portable check-all
 
 all: build
 
@@ -104,4 +105,11 @@ check-portable: setup
 	LZ_PARITY_MODELS=$(PORTABLE_MODELS) ctest --test-dir $(PORTABLE_BUILD) --output-on-failure \
 	  -j$(JOBS) -R '$(PORTABLE_TESTS)'
 
-check-all: test check-asan check-tsan check-fuzz check-portable
+# The whole suite again with oneDNN capped to AVX2, as on a CPU without
+# AVX-512 (other kernels, no Winograd, 8-channel blocks, autocast's products
+# widened to f32): the plain build, its own parity references (keyed by the
+# cap).
+check-avx2: build
+	DNNL_MAX_CPU_ISA=AVX2 ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+check-all: test check-avx2 check-asan check-tsan check-fuzz check-portable
