@@ -22,8 +22,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # The package installs with pip and works from outside the repository,
-# finding the library through LAZYC_LIB.
-"$py" -m pip install -q --no-deps --target "$tmp/site" "$repo/python" \
+# finding the library through LAZYC_LIB. pip builds in the source folder
+# (build/, lazyc.egg-info/): it is given a copy, so a test run writes
+# nothing into the checkout.
+mkdir "$tmp/src" && cp -r "$repo/python/pyproject.toml" "$repo/python/lazyc" "$tmp/src/"
+"$py" -m pip install -q --no-deps --target "$tmp/site" "$tmp/src" \
     > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; echo "FAIL: pip install ./python"; exit 1; }
 (cd "$tmp" && LAZYC_LIB="$lib" PYTHONPATH="$tmp/site" "$py" -c '
 import lazyc, lazyc.torch as lzt, torch

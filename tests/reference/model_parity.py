@@ -605,10 +605,11 @@ def check_model(name, args, tmp):
                          f": largest error {max(loss_errs, default=0):.1e}")
             own = own_tie(name, args, w, i, tmp, cut, sens) if state_problems and cut > 1 else None
             if own:
-                # lazyc took the other side of a tie: the state after `cut`
-                # steps follows it; step t's gradients were checked against
-                # float64 on that side, step 1's above, and the losses of
-                # steps 1..t are compared
+                # lazyc took the other side of a tie, or reached weights
+                # where float32 cannot tell step t's gradients: the state
+                # after `cut` steps follows that; step t's gradients were
+                # checked against float64 there, step 1's above, and the
+                # losses of steps 1..t are compared
                 t, r = own
                 if r["why"] == "conditioning":
                     parts.append(f"ILL-CONDITIONED on lazyc's own trajectory: at lazyc's weights after "
@@ -667,11 +668,9 @@ def own_tie(name, args, w, i, tmp, last, sens):
             h.remove()
         return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
-    def within(lz, ref, errs):
-        return all(n in lz and rel_err(lz[n], g) <= tolerance(n, errs) for n, g in ref.items())
-
     def matches(lz, model, hooks):
-        return within(lz, grads_of(model, hooks), tol)
+        return all(n in lz and rel_err(lz[n], g) <= tolerance(n, tol)
+                   for n, g in grads_of(model, hooks).items())
 
     for t in range(2, last + 1):
         state_path = os.path.join(tmp, f"own_{t - 1}.safetensors")
