@@ -668,9 +668,8 @@ def own_tie(name, args, w, i, tmp, last, sens):
             h.remove()
         return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
-    def matches(lz, model, hooks):
-        return all(n in lz and rel_err(lz[n], g) <= tolerance(n, tol)
-                   for n, g in grads_of(model, hooks).items())
+    def matches(lz, ref):
+        return all(n in lz and rel_err(lz[n], g) <= tolerance(n, tol) for n, g in ref.items())
 
     for t in range(2, last + 1):
         state_path = os.path.join(tmp, f"own_{t - 1}.safetensors")
@@ -695,14 +694,15 @@ def own_tie(name, args, w, i, tmp, last, sens):
             models.append(model)
             probes.append(probe)
         m64 = models[0]
-        if matches(lz, m64, []):
+        g64 = grads_of(m64)
+        if matches(lz, g64):
             continue   # step t agrees with float64: look further
         tied = choices.tied_calls(probes[0], probes[1])
         trials = [{k: r} for k, r in sorted(tied.items(), key=lambda kr: closeness(kr[1]))][:16]
         if len(tied) > 1:
             trials.append(tied)
         for trial in trials:
-            if matches(lz, m64, choices.other_side_hooks(m64, trial)):
+            if matches(lz, grads_of(m64, choices.other_side_hooks(m64, trial))):
                 r = min(trial.values(), key=closeness)
                 return t, dict(r, why="tie", others=len(trial) - 1)
         # No flip explains it. If PyTorch's own f32, started from the same
@@ -711,7 +711,7 @@ def own_tie(name, args, w, i, tmp, last, sens):
         # differently by every implementation): nothing lazyc computes
         # there can be held to these tolerances, so only its largest error
         # is bounded, by MARGIN x PyTorch's largest there.
-        g64, g32 = grads_of(m64), grads_of(models[1])
+        g32 = grads_of(models[1])
         err32 = {n: rel_err(g32[n], g) for n, g in g64.items()}
         failing = [n for n in g64 if err32[n] > tolerance(n, tol)]
         err_lz = {n: rel_err(lz[n], g) if n in lz else float("inf") for n, g in g64.items()}
