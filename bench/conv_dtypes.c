@@ -4,7 +4,7 @@
  * autocast runs them), forward, grad input and grad weight, for shapes of
  * the zoo's layers (8 images). The figures behind autocast's rule that a
  * Winograd-shaped convolution on a plane of 16x16 or more stays f32
- * (backend/cpu/k_dnnl_conv.c, lz_cpu_conv_f32_faster):
+ * (backends/cpu/k_dnnl_conv.c, lz_cpu_conv_f32_faster):
  *
  *   build/conv_dtypes            # best of 5 runs each, ms
  *

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/bf16_isa.h"
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/bf16_isa.h"
+#include "backends/cpu/kernels.h"
 #include "base/switches.h"
 #include "testlib.h"
 #include "engine/autocast.h"

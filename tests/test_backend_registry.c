@@ -10,7 +10,7 @@
 #include "testlib.h"
 #include "backend/backend.h"
 #include "backend/buffer.h"
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/kernels.h"
 
 static lz_backend counting;
 static int allocs, prepares, runs;

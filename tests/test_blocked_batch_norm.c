@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/kernels.h"
 #include "testlib.h"
 
 #define STAT_TOL 1e-6

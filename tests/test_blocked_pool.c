@@ -1,5 +1,5 @@
 /* The pooling kernels on channel-blocked operands (lz_value.block, the
- * kernels in src/backend/cpu/k_pool_blocked.c) against the same kernels on
+ * kernels in src/backends/cpu/k_pool_blocked.c) against the same kernels on
  * plain ones: a hand-built one-step program is run plain on plain arrays
  * and blocked on reblocked ones, and the result, reblocked back, must have
  * the same bits. Max pool inputs have ties (a few levels, +0 and -0), NaNs
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/k_pool.h"
+#include "backends/cpu/k_pool.h"
 #include "testlib.h"
 
 /* torch's pooling_output_shape (dilation 1), as src/ops/pool.c has it */

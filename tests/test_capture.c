@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "backend/cpu/test_gate.h"
+#include "backends/cpu/test_gate.h"
 #include "engine/cache.h"
 #include "ops/test_gate.h"
 #include "runtime/executor.h"

@@ -1,6 +1,6 @@
 /* The CPU backend's first compile of a program with a product has a
  * thread make oneDNN's sgemm kernels while it prepares the executable
- * (backend/cpu/backend.c), and joins it before the compile returns: no
+ * (backends/cpu/backend.c), and joins it before the compile returns: no
  * thread of lazyc's is left running by a compile, so a program may exit
  * right after one. Counted on Linux, from /proc/self/task.
  *

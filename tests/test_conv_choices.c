@@ -1,4 +1,4 @@
-/* LZ_DNNL_CONV=tune's choices on disk (backend/cpu/conv_choices.c): a
+/* LZ_DNNL_CONV=tune's choices on disk (backends/cpu/conv_choices.c): a
  * process times each convolution step shape once and records the choice in
  * ${XDG_CACHE_HOME}/lazyc; a second process reads it at compile and times
  * nothing, with bitwise the first one's values. A corrupt or foreign file
@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "backend/cpu/conv_choices.h"
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/conv_choices.h"
+#include "backends/cpu/kernels.h"
 #include "engine/cache.h"
 
 /* ---- the child: one training step of a 3x3 convolution ------------------- */

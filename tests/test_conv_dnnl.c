@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/kernels.h"
 #include "compile/executable.h"
 #include "compile/program.h"
 #include "engine/cache.h"

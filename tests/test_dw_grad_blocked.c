@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/kernels.h"
 #include "base/switches.h"
 #include "testlib.h"
 #include "testlib_compile.h"

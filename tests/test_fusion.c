@@ -1,4 +1,4 @@
-/* Element-wise fusion (compile/fuse.c, backend/cpu/k_fused.c): the same
+/* Element-wise fusion (compile/fuse.c, backends/cpu/k_fused.c): the same
  * training steps and op chains run with fusion on and off give bitwise the
  * same values (the fused kernel runs the element-wise kernel's own row
  * functions), in fewer kernels, still one execution per step. */

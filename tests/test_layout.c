@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/bf16_isa.h"
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/bf16_isa.h"
+#include "backends/cpu/kernels.h"
 #include "compile/executable.h"
 #include "engine/cache.h"
 #include "testlib.h"

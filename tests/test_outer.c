@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/bf16_isa.h"
-#include "backend/cpu/k_outer.h"
+#include "backends/cpu/bf16_isa.h"
+#include "backends/cpu/k_outer.h"
 #include "base/bf16.h"
 #include "testlib.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "backend/cpu/buffer_pool.h"
+#include "backends/cpu/buffer_pool.h"
 
 enum { KIB = 1024, MIB = 1024 * 1024, N = 16 };
 

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "testlib.h"
-#include "backend/cpu/buffer_pool.h"
-#include "backend/cpu/kernels.h"
+#include "backends/cpu/buffer_pool.h"
+#include "backends/cpu/kernels.h"
 #include "base/fault.h"
 #include "base/settings.h"
 #include "compile/program.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "testlib.h"
-#include "backend/cpu/buffer_pool.h"
+#include "backends/cpu/buffer_pool.h"
 #include "backend/memory.h"
 #include "base/profile.h"
 #include "engine/cache.h"

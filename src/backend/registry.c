@@ -1,6 +1,6 @@
 /* The backend registry: device memory (memory.c), the compiler and the
  * executor reach the backend through this one table of function pointers,
- * never by calling an implementation in backend/cpu/, which sits floors
+ * never by calling an implementation in backends/cpu/, which sits floors
  * above them (it reads compiled programs). The engine, above both,
  * registers the CPU backend (engine/tensor_api.c). */
 #include <stdatomic.h>

@@ -64,7 +64,7 @@ const char *lz_dtype_name(lz_dtype dtype)
     return "unknown";
 }
 
-/* Here, next to lz_dtype_name, because kernels (backend/cpu) size buffers
+/* Here, next to lz_dtype_name, because kernels (backends/cpu) size buffers
    with it and must not call up into the engine. */
 size_t lz_dtype_size(lz_dtype dtype) { return dtype == LZ_I64 ? 8 : dtype == LZ_BF16 ? 2 : 4; }
 

@@ -2,7 +2,7 @@
  * or the N-th host allocation of the runtime's own bookkeeping (graph
  * cutting, IR nodes, tensors, scopes, autograd records, compiler passes,
  * executor jobs: lz_host_*), or the N-th growth of a kernel's per-thread
- * scratch buffer (backend/cpu/scratch.c), fail, to test that every failure
+ * scratch buffer (backends/cpu/scratch.c), fail, to test that every failure
  * path reports, recovers and leaks nothing. Armed by LZ_FAULT_ALLOC=N /
  * LZ_FAULT_KERNEL=N / LZ_FAULT_HOST=N / LZ_FAULT_SCRATCH=N (read once, at
  * the first event) or by lz_fault_set from a test. Counting is atomic:

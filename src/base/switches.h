@@ -1,6 +1,6 @@
 /* Switches for the compiler's optional passes and the backend's one choice
  * of algorithm. On the ground floor, as settings are: the compiler reads
- * them and so does a kernel (backend/cpu/k_dnnl_conv.c, Winograd), which
+ * them and so does a kernel (backends/cpu/k_dnnl_conv.c, Winograd), which
  * must not reach up into the compiler for them. */
 #ifndef LZ_SWITCHES_H
 #define LZ_SWITCHES_H

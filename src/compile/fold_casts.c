@@ -3,7 +3,7 @@
  * step's kernel can write bf16 itself, goes: the step writes the cast's
  * result, and the float32 result's write and read go with the cast's
  * kernel. Such steps: a batch norm or its gradient whose output only the
- * next convolution's cast reads (backend/cpu/bn_act.h, LZ_BN_TILE floats
+ * next convolution's cast reads (backends/cpu/bn_act.h, LZ_BN_TILE floats
  * rounded at a time), and a permute (attention's heads split for a
  * product, or merged back for the output projection, through the reshape
  * between). The values are the cast's, bit for bit. Runs after

@@ -1,7 +1,7 @@
 /* Fusion of element-wise chains: a run of consecutive element-wise f32
  * steps over the same number of elements (the last ones may be casts of
  * their results to bf16) becomes one step that makes a
- * single pass over memory (the CPU kernel is backend/cpu/k_fused.c). A
+ * single pass over memory (the CPU kernel is backends/cpu/k_fused.c). A
  * result is written to memory only when something outside the run needs
  * it: a graph output, or a later step. The others stay in the kernel's
  * tiles, which is where the memory traffic of an optimizer update or a

@@ -5,7 +5,7 @@
  * and so does y. Backward, the activation's gradient runs inside the batch
  * norm's two gradient kernels: they read the incoming gradient instead of a
  * masked copy, and recompute y from x, the statistics and the forward's
- * weight and bias for the mask (backend/cpu/bn_act.h) instead of reading
+ * weight and bias for the mask (backends/cpu/bn_act.h) instead of reading
  * it, which gives the same mask as z (z > 0 exactly where y > 0; lo < z <
  * hi exactly where lo < y < hi; NaN in both or neither). Under autocast
  * the batch norm also writes the bf16 copy the next convolution reads

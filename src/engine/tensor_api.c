@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/random_fill.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/random_fill.h"
 #include "base/bf16.h"
 #include "base/error.h"
 #include "base/metrics.h"

@@ -44,7 +44,7 @@ static int64_t out_extent(int64_t in, int64_t k, int s, int p, int d)
 
 /* Autocast's dtype for the product of a valid step (output shape y): bf16,
    unless the backend's float32 kernel for this shape is the faster one (on
-   the CPU, Winograd's algorithm on large planes: backend/cpu/k_dnnl_conv.c),
+   the CPU, Winograd's algorithm on large planes: backends/cpu/k_dnnl_conv.c),
    where float32 operands stay float32. */
 static lz_dtype conv_dtype(lz_tensor *x, lz_tensor *w, const int64_t *y, const int *stride,
                            const int *dil, int groups)

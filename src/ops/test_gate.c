@@ -1,5 +1,5 @@
 /* Records a TEST_GATE op: an identity whose kernel blocks while the test
- * gate is closed (see backend/cpu/test_gate.h). Tests only. */
+ * gate is closed (see backends/cpu/test_gate.h). Tests only. */
 #include "ops/test_gate.h"
 
 lz_tensor *lz_test_gate(lz_tensor *x)
