@@ -10,6 +10,8 @@ replays it: a call is one lz_call, one execution, and never enters Python
 while replaying.
 """
 import ctypes
+import warnings
+import weakref
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -19,14 +21,20 @@ from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64,
 from . import lower
 
 _DTYPES = {torch.float32: F32, torch.int64: I64, torch.int32: I32}
+# torch.bool tensors (masks, buffers) travel as f32 0/1, lazyc's masks
 
 _LIVE = {}      # id(model) -> the latest TrainStep over it, for sync()
+# id(parameter) -> the TrainStep whose execution updates it: torch's
+# clip_grad_norm_ on such a parameter finds no .grad and clips nothing
+_IN_LAZYC = weakref.WeakValueDictionary()
 
 
-def _to_lazyc(t):
+def _to_lazyc(t, what="tensors"):
     t = t.detach().contiguous()
+    if t.dtype == torch.bool:
+        t = t.float()
     if t.dtype not in _DTYPES:
-        raise TypeError("lazyc.torch: tensors must be float32, int64 or int32, not %s" % t.dtype)
+        raise TypeError("lazyc.torch: %s must be float32, int64, int32 or bool, not %s" % (what, t.dtype))
     if t.device.type != "cpu":
         raise TypeError("lazyc.torch: tensors must be on the CPU (lazyc runs them), not %s" % t.device)
     shape = tuple(t.shape)
@@ -38,6 +46,13 @@ def _to_lazyc(t):
 
 def _to_torch(h, like):
     """Copies lazyc tensor h into torch tensor `like` (same shape and dtype)."""
+    if like.dtype == torch.bool:
+        tmp = torch.empty(like.shape, dtype=torch.float32)
+        if lib.lz_to_host(h, ctypes.c_void_p(tmp.data_ptr()), tmp.numel() * 4) != 0:
+            raise error("lz_to_host")
+        with torch.no_grad():
+            like.copy_(tmp != 0)
+        return
     tmp = torch.empty(like.shape, dtype=like.dtype)
     if lib.lz_to_host(h, ctypes.c_void_p(tmp.data_ptr()), tmp.numel() * tmp.element_size()) != 0:
         raise error("lz_to_host")
@@ -49,7 +64,7 @@ class _Opt:
     """One lazyc optimizer for one torch.optim param group."""
 
     def __init__(self, kind, group, handles, params):
-        self.kind, self.group, self.params = kind, group, params
+        self.kind, self.group, self.params, self.handles = kind, group, params, list(handles)
         arr = (ctypes.c_void_p * len(handles))(*handles)
         zero = -1e30  # LZ_OPT_ZERO: an exact 0 where 0 would mean "torch's default"
         if group.get("maximize") or group.get("differentiable"):
@@ -116,8 +131,14 @@ def _opt_kind(optimizer):
 class TrainStep:
     """The callable train_step returns: step(x, y) -> loss as a float."""
 
-    def __init__(self, model, optimizer, loss_fn):
+    def __init__(self, model, optimizer, loss_fn, clip_grad_norm=None):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        if clip_grad_norm is not None and not (float(clip_grad_norm) > 0 and
+                                               float(clip_grad_norm) < float("inf")):
+            raise ValueError("lazyc.torch.train_step: clip_grad_norm=%r must be a positive finite number"
+                             % (clip_grad_norm,))
+        self.clip = None if clip_grad_norm is None else float(clip_grad_norm)
+        self._norm = None        # the last step's gradient norm (a lazyc handle), when clipping
         kind = _opt_kind(optimizer)
         if any(optimizer.state.get(p) for g in optimizer.param_groups for p in g["params"]):
             raise ValueError("lazyc.torch.train_step: the optimizer has state already; start from a "
@@ -150,6 +171,8 @@ class TrainStep:
         self._error = None
         self._cb = STEP_FN(self._step_fn)
         _LIVE[id(model)] = self
+        for p in self.ptensors:
+            _IN_LAZYC[id(p)] = self
 
     # -- tracing ----------------------------------------------------------
     def _trace(self, x, y):
@@ -198,6 +221,13 @@ class TrainStep:
                 lib.lz_keep(loss)
             if lib.lz_backward(loss) != 0:
                 raise error("lazyc.torch: backward")
+            if self.clip is not None:
+                ps = [h for o in self.opts for h in o.handles]
+                norm = lib.lz_clip_grad_norm((ctypes.c_void_p * len(ps))(*ps), len(ps),
+                                             ctypes.c_float(self.clip))
+                if not norm:
+                    raise error("lazyc.torch: clip_grad_norm")
+                outs[1] = norm
             for o in self.opts:
                 if o.step() != 0:
                     raise error("lazyc.torch: optimizer step")
@@ -217,7 +247,7 @@ class TrainStep:
                 lib.lz_fn_free(self.fn)
                 self.fn = None
             self.gm = self._trace(x, y)
-            self.fn = lib.lz_capture(self._cb, None, 2, 1)
+            self.fn = lib.lz_capture(self._cb, None, 2, self.n_out)
             if not self.fn:
                 raise error("lz_capture")
             self.key = key
@@ -225,7 +255,7 @@ class TrainStep:
             o.set_lr_if_changed()
         hx, hy = _to_lazyc(x), _to_lazyc(y)
         ins = (ctypes.c_void_p * 2)(hx, hy)
-        out = (ctypes.c_void_p * 1)()
+        out = (ctypes.c_void_p * self.n_out)()
         self._error = None
         rc = lib.lz_call(self.fn, ins, out)
         lib.lz_free(hx)
@@ -237,6 +267,9 @@ class TrainStep:
             raise error("lazyc.torch: the step")
         loss = lib.lz_item(out[0])
         lib.lz_free(out[0])
+        if self._norm:
+            lib.lz_free(self._norm)
+        self._norm = out[1] if self.n_out > 1 else None
         self.steps += 1
         # torch's schedulers check that optimizer.step ran before them
         self.optimizer._opt_called = True
@@ -274,7 +307,27 @@ class TrainStep:
             finally:
                 lib.lz_params_free(ps)
 
+    @property
+    def n_out(self):
+        return 1 if self.clip is None else 2
+
+    def grad_norm(self):
+        """The total gradient norm of the last step before clipping (as
+        torch.nn.utils.clip_grad_norm_ returns it); read from lazyc on
+        request, so a step that does not ask copies back only its loss."""
+        if self.clip is None:
+            raise ValueError("lazyc.torch: grad_norm() needs train_step(..., clip_grad_norm=MAX)")
+        if not self._norm:
+            raise ValueError("lazyc.torch: no step has run yet")
+        return float(lib.lz_item(self._norm))
+
     def close(self):
+        if self._norm:
+            lib.lz_free(self._norm)
+            self._norm = None
+        for p in self.ptensors:
+            if _IN_LAZYC.get(id(p)) is self:
+                del _IN_LAZYC[id(p)]
         if self.fn:
             lib.lz_fn_free(self.fn)
             self.fn = None
@@ -293,12 +346,52 @@ class TrainStep:
             pass
 
 
-def train_step(model, optimizer, loss_fn):
+def train_step(model, optimizer, loss_fn, clip_grad_norm=None):
     """step(x, y) -> float: forward, loss_fn(output, y), backward and the
     optimizer's update as one lazyc execution. lazyc holds the parameters,
     buffers and optimizer state from here on; sync(model, optimizer) writes
-    them back into the torch objects."""
-    return TrainStep(model, optimizer, loss_fn)
+    them back into the torch objects. clip_grad_norm=MAX clips the
+    gradients' total norm to MAX between backward and the update, in the
+    same execution, as torch.nn.utils.clip_grad_norm_(params, MAX) does
+    there; step.grad_norm() reads the norm before clipping."""
+    return TrainStep(model, optimizer, loss_fn, clip_grad_norm)
+
+
+_warned_clip = set()
+
+
+def _wrap_clip(name, original):
+    def clip(parameters, *args, **kwargs):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+        if name not in _warned_clip and any(id(p) in _IN_LAZYC for p in parameters):
+            _warned_clip.add(name)
+            warnings.warn("lazyc.torch: torch.nn.utils.%s on parameters whose training step runs in lazyc "
+                          "clips nothing: their gradients live in lazyc, not in .grad. Pass "
+                          "clip_grad_norm=MAX to lazyc.torch.train_step to clip inside the step, and "
+                          "read the norm with step.grad_norm()" % name, stacklevel=2)
+        return original(parameters, *args, **kwargs)
+    clip.__wrapped__ = original
+    clip.__doc__ = original.__doc__
+    return clip
+
+
+def install_clip_warnings():
+    """Wraps torch.nn.utils.clip_grad_norm_ / clip_grad_value_ (where
+    training recipes call them) so that a call on a model whose step runs
+    in lazyc warns once instead of silently clipping nothing."""
+    import torch.nn.utils as U
+    import torch.nn.utils.clip_grad as C
+    for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"):
+        orig = getattr(U, name, None)
+        if orig is None or hasattr(orig, "__wrapped__") and getattr(orig, "_lazyc", False):
+            continue
+        w = _wrap_clip(name, orig)
+        w._lazyc = True
+        setattr(U, name, w)
+        if getattr(C, name, None) is orig:
+            setattr(C, name, w)
 
 
 def sync(model, optimizer=None):
