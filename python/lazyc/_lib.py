@@ -156,6 +156,7 @@ _SIGS = {
     "lz_attention_ex": (T, [T, T, T, ctypes.c_void_p]),
     "lz_clip_grad_norm": (T, [ctypes.POINTER(T), ctypes.c_int, ctypes.c_float]),
     "lz_zero_grad": (None, [T]),
+    "lz_rand": (T, [ctypes.c_int, i64p]),
     "lz_autocast_begin": (ctypes.c_int, [ctypes.c_int]),
     "lz_autocast_end": (ctypes.c_int, []),
     "lz_metrics_get": (Metrics, []),

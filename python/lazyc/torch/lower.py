@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import math
 import operator
+from typing import Optional
 
 import torch
 
@@ -525,19 +526,6 @@ def _expand(cx, node, x, size, implicit=False):
     return cx.op("lz_expand", x, len(shape), shape_arg(shape))
 
 
-@lowers(aten.slice.Tensor, args=("self", "dim", "start", "end"))
-def _slice(cx, node, x, dim=0, start=None, end=None, step=1):
-    if step != 1:
-        raise Unsupported("aten.slice.Tensor with step %d" % step)
-    n = lib.lz_dim(x, dim)
-    start = 0 if start is None else max(-n, min(start, n))
-    end = n if end is None else max(-n, min(end, n))
-    start, end = start % n if start < 0 else start, end % n if end < 0 else end
-    if start == 0 and end >= n:
-        return _reshape_to(cx, node, x)
-    return cx.op("lz_slice", x, dim, start, end)
-
-
 @lowers(aten.select.int, args=ALL)
 def _select(cx, node, x, dim, index):
     n = lib.lz_dim(x, dim)
@@ -548,8 +536,14 @@ def _select(cx, node, x, dim, index):
 
 @lowers(aten.cat.default, args=ALL)
 def _cat(cx, node, xs, dim=0):
+    # torch skips 1-d empty operands (a cache's empty start, HF's
+    # DynamicCache): so does the lowering
+    nd = len(_shape(node))
+    xs = [x for x, n in zip(xs, node.args[0]) if not (len(_val(n).shape) == 1 and _val(n).numel() == 0
+                                                       and nd != 1)]
+    if len(xs) == 1:
+        return _reshape_to(cx, node, xs[0])
     arr = (ctypes.c_void_p * len(xs))(*xs)
-    nd = lib.lz_ndim(xs[0])
     return cx.op("lz_cat", arr, len(xs), dim % nd)
 
 
@@ -860,6 +854,422 @@ def _gather(cx, node, x, dim, idx, sparse_grad=False):
     return cx.op("lz_gather", x, dim % max(1, lib.lz_ndim(x)), idx)
 
 
+# ---- more views, scatters and padding (functionalised traces) ---------------
+
+@lowers(aten.copy.default, args=ALL)
+def _copy(cx, node, dst, src, non_blocking=False):
+    # functional copy: src's values in dst's shape and dtype
+    shape = _shape(node)
+    dt = _dtype_of(node.meta["val"].dtype)
+    src = _as(cx, src, dt)
+    if tuple(lib.lz_dim(src, d) for d in range(lib.lz_ndim(src))) != shape:
+        src = cx.op("lz_expand", src, len(shape), shape_arg(shape))
+    return cx.op("lz_cast", src, dt)
+
+
+@lowers(aten.tril.default, aten.triu.default, aten.tril_.default, aten.triu_.default, args=ALL)
+def _tri(cx, node, x, diagonal=0):
+    upper = "triu" in node.target.name()
+    return cx.op("lz_tri_mask", x, int(diagonal), int(upper), ctypes.c_float(0.0))
+
+
+@lowers(aten._safe_softmax.default, args=("self", "dim"),
+        check=lambda n: None if _bound_value(n, "dtype") in (None, torch.float32) else "dtype")
+def _safe_softmax(cx, node, x, dim, dtype=None):
+    # softmax, but a row of -inf gives 0 instead of NaN (sdpa's masked rows)
+    nd = lib.lz_ndim(x)
+    dim = dim % nd
+    y = cx.op("lz_softmax", x, dim)
+    m = cx.op("lz_max_axes", x, 1, int_arg([dim]), 1)
+    dead = cx.op("lz_eq", m, cx.consts.scalar(float("-inf")))
+    return cx.op("lz_where", dead, cx.consts.scalar(0.0), y)
+
+
+@lowers(aten.bernoulli.p, args=("self", "p"))
+def _bernoulli(cx, node, x, p=0.5, generator=None):
+    # drawn from lazyc's generator in the graph (like dropout: the draws
+    # differ from torch's, their distribution does not)
+    shape = _shape(node)
+    u = cx.op("lz_rand", len(shape), shape_arg(shape))
+    return _as(cx, cx.op("lz_lt", u, cx.consts.scalar(float(p))), _dtype_of(node.meta["val"].dtype))
+
+
+def _fill_value(node):
+    t = node.target
+    if t in (aten.new_zeros.default, aten.empty.memory_format, aten.empty_like.default,
+             aten.new_empty.default, aten.empty_strided.default, aten.new_empty_strided.default):
+        return 0
+    if t == aten.new_ones.default:
+        return 1
+    if t == aten.new_full.default:
+        return node.args[2]
+    if t == aten.fill.Scalar:
+        return node.args[1]
+    return None
+
+
+@lowers(aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
+        aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default,
+        aten.new_empty_strided.default, aten.fill.Scalar, args=ALL, check=_cpu_only)
+def _filled(cx, node, *args, **kwargs):
+    # a tensor of one value (empty ones read as 0: nothing may read them
+    # before writing): torch makes it once, lazyc binds it as data
+    val = node.meta["val"]
+    return Handle(cx.consts.tensor(node, torch.full(tuple(val.shape), _fill_value(node), dtype=val.dtype)))
+
+
+@lowers(aten.fill.Tensor, args=ALL)
+def _fill_tensor(cx, node, x, v):
+    shape = _shape(node)
+    v = _as(cx, v, _dtype_of(node.meta["val"].dtype))
+    return cx.op("lz_cast", cx.op("lz_expand", cx.op("lz_reshape", v, 0, shape_arg([])), len(shape),
+                                  shape_arg(shape)), _lz_dtype(v))
+
+
+def _block(cx, node, like_shape, dim, size, value):
+    shape = list(like_shape)
+    shape[dim] = size
+    dt = node.meta["val"].dtype
+    return Handle(cx.consts.tensor(("pad", tuple(shape), float(value), dt),
+                                   torch.full(shape, value, dtype=dt)))
+
+
+@lowers(aten.constant_pad_nd.default, args=ALL)
+def _pad(cx, node, x, pad, value=0):
+    shape = list(_val(node.args[0]).shape)
+    nd = len(shape)
+    y = x
+    for i in range(len(pad) // 2):
+        d = nd - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if lo < 0 or hi < 0:
+            y = cx.op("lz_slice", y, d, max(0, -lo), shape[d] - max(0, -hi))
+            shape[d] -= max(0, -lo) + max(0, -hi)
+            lo, hi = max(0, lo), max(0, hi)
+        parts = []
+        if lo:
+            parts.append(_block(cx, node, shape, d, lo, value))
+        parts.append(y)
+        if hi:
+            parts.append(_block(cx, node, shape, d, hi, value))
+        if len(parts) > 1:
+            y = cx.op("lz_cat", (ctypes.c_void_p * len(parts))(*parts), len(parts), d)
+        shape[d] += lo + hi
+    return y if y is not x else _reshape_to(cx, node, x)
+
+
+@lowers(aten.roll.default, args=ALL)
+def _roll(cx, node, x, shifts, dims=()):
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = list(dims) if dims else []
+    y = x
+    if not dims:
+        n = lib.lz_numel(x)
+        y = cx.op("lz_reshape", x, 1, shape_arg([n]))
+        dims = [0]
+    for s, d in zip(shifts, dims):
+        d = d % lib.lz_ndim(y)
+        n = lib.lz_dim(y, d)
+        s = s % n if n else 0
+        if s:
+            parts = [cx.op("lz_slice", y, d, n - s, n), cx.op("lz_slice", y, d, 0, n - s)]
+            y = cx.op("lz_cat", (ctypes.c_void_p * 2)(*parts), 2, d)
+    return _reshape_to(cx, node, y)
+
+
+def _index_const(cx, key, values):
+    return Handle(cx.consts.tensor(key, torch.as_tensor(values, dtype=torch.int64)))
+
+
+def _strided_slice(cx, node, x, dim, start, end, step):
+    idx = list(range(start, end, step))
+    return cx.op("lz_index_select", x, dim, _index_const(cx, ("slice", start, end, step), idx))
+
+
+@lowers(aten.slice.Tensor, args=ALL)
+def _slice(cx, node, x, dim=0, start=None, end=None, step=1):
+    n = lib.lz_dim(x, dim)
+    dim = dim % lib.lz_ndim(x)
+    start = 0 if start is None else max(-n, min(start, n))
+    end = n if end is None else max(-n, min(end, n))
+    start, end = start % n if start < 0 else start, end % n if end < 0 else end
+    if step != 1:
+        return _strided_slice(cx, node, x, dim, start, max(start, end), step)
+    if start == 0 and end >= n:
+        return _reshape_to(cx, node, x)
+    return cx.op("lz_slice", x, dim, start, end)
+
+
+@lowers(aten.slice_scatter.default, args=ALL)
+def _slice_scatter(cx, node, base, src, dim=0, start=None, end=None, step=1):
+    shape = list(_val(node.args[0]).shape)
+    dim = dim % len(shape)
+    n = shape[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else end)
+    start, end = max(0, min(start, n)), max(0, min(end, n))
+    dt = _lz_dtype(base)
+    src = _as(cx, src, dt)
+    if step == 1:
+        parts = ([cx.op("lz_slice", base, dim, 0, start)] if start > 0 else []) + [src] + \
+                ([cx.op("lz_slice", base, dim, end, n)] if end < n else [])
+        if len(parts) == 1:
+            return _reshape_to(cx, node, src)
+        return cx.op("lz_cat", (ctypes.c_void_p * len(parts))(*parts), len(parts), dim)
+    # every position reads base, or src where the strided slice writes it:
+    # a gather from cat(base, src) along dim
+    pos = list(range(n))
+    for k, j in enumerate(range(start, end, step)):
+        pos[j] = n + k
+    both = cx.op("lz_cat", (ctypes.c_void_p * 2)(base, src), 2, dim)
+    return cx.op("lz_index_select", both, dim, _index_const(cx, ("scatter", n, start, end, step), pos))
+
+
+@lowers(aten.select_scatter.default, args=ALL)
+def _select_scatter(cx, node, base, src, dim, index):
+    shape = list(_val(node.args[0]).shape)
+    dim = dim % len(shape)
+    index = index % shape[dim]
+    s = list(shape)
+    s[dim] = 1
+    src = cx.op("lz_reshape", _as(cx, src, _lz_dtype(base)), len(s), shape_arg(s))
+    parts = ([cx.op("lz_slice", base, dim, 0, index)] if index > 0 else []) + [src] + \
+            ([cx.op("lz_slice", base, dim, index + 1, shape[dim])] if index + 1 < shape[dim] else [])
+    if len(parts) == 1:
+        return _reshape_to(cx, node, src)
+    return cx.op("lz_cat", (ctypes.c_void_p * len(parts))(*parts), len(parts), dim)
+
+
+def _storage_map(t):
+    """Per element of t (a real tensor's layout): its offset in storage."""
+    base = torch.arange(t.storage_offset() + max(1, sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1))
+    return torch.as_strided(base, t.shape, t.stride(), t.storage_offset()).reshape(-1)
+
+
+def _as_strided_index(node):
+    src = _val(node.args[0])
+    size, stride = list(node.args[1]), list(node.args[2])
+    offset = node.args[3] if len(node.args) > 3 and node.args[3] is not None else src.storage_offset()
+    offs = _storage_map(src)
+    inv = torch.full((int(offs.max()) + 1 if offs.numel() else 1,), -1, dtype=torch.int64)
+    inv[offs] = torch.arange(offs.numel())
+    need = max(1, offset + sum((s - 1) * st for s, st in zip(size, stride)) + 1)
+    if need > inv.numel():
+        return None
+    want = torch.as_strided(torch.arange(need), size, stride, offset).reshape(-1)
+    idx = inv[want]
+    return None if (idx < 0).any() else idx
+
+
+@lowers(aten.as_strided.default, aten.as_strided_.default, args=ALL,
+        check=lambda n: None if _as_strided_index(n) is not None else
+        "a view reaching memory outside its input")
+def _as_strided(cx, node, x, size, stride, offset=None):
+    # the elements the view reads, found through the input's real layout
+    # (the trace ran on real tensors): a reshape when they are in order,
+    # else an index_select of constant indices (its gradient scatters back)
+    idx = _as_strided_index(node)
+    if torch.equal(idx, torch.arange(idx.numel())) and idx.numel() == lib.lz_numel(x):
+        return _reshape_to(cx, node, x)
+    flat = cx.op("lz_reshape", x, 1, shape_arg([lib.lz_numel(x)]))
+    y = cx.op("lz_index_select", flat, 0, Handle(cx.consts.tensor(("as_strided", node.name), idx)))
+    return _reshape_to(cx, node, y)
+
+
+@lowers(aten.index.Tensor, args=ALL,
+        check=lambda n: _index_check(n))
+def _index(cx, node, x, indices):
+    xs = list(_val(node.args[0]).shape)
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    first, last = pos[0], pos[-1]
+    # adjacent index tensors: one flat index into the merged axes
+    flat = None
+    for d in pos:
+        i = _as(cx, indices[d], I64)
+        n = xs[d]
+        i = cx.op("lz_where", cx.op("lz_lt", i, _as(cx, 0, I64)), cx.op("lz_add", i, _as(cx, n, I64)), i)
+        if flat is None:
+            flat = i
+        else:
+            flat = cx.op("lz_add", cx.op("lz_mul", flat, _as(cx, n, I64)), i)
+    merged = xs[:first] + [math.prod(xs[first:last + 1])] + xs[last + 1:]
+    xm = cx.op("lz_reshape", x, len(merged), shape_arg(merged))
+    nflat = lib.lz_numel(flat)
+    flat1 = cx.op("lz_reshape", flat, 1, shape_arg([nflat]))
+    y = cx.op("lz_index_select", xm, first, flat1)
+    return _reshape_to(cx, node, y)
+
+
+def _index_check(node):
+    idx = node.args[1]
+    pos = [i for i, t in enumerate(idx) if t is not None]
+    if not pos:
+        return "no index tensor"
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        return "index tensors on axes that are not adjacent"
+    for i in pos:
+        v = _val(idx[i])
+        if v is None or v.dtype == torch.bool:
+            return "a boolean mask index (its result's shape depends on the data)"
+    return None
+
+
+@lowers(aten.index_select.default, args=ALL)
+def _index_select(cx, node, x, dim, idx):
+    return cx.op("lz_index_select", x, dim % max(1, lib.lz_ndim(x)), _as(cx, idx, I64))
+
+
+@lowers(aten.cumsum.default, args=("self", "dim", "dtype"))
+def _cumsum(cx, node, x, dim, dtype=None):
+    want = _dtype_of(node.meta["val"].dtype)
+    return cx.op("lz_cumsum", _as(cx, x, want), dim % max(1, lib.lz_ndim(x)))
+
+
+@lowers(aten.argmax.default, args=ALL)
+def _argmax(cx, node, x, dim=None, keepdim=False):
+    if dim is None:
+        x = cx.op("lz_reshape", x, 1, shape_arg([lib.lz_numel(x)]))
+        return _reshape_to(cx, node, cx.op("lz_argmax", x, 0, 0))
+    return cx.op("lz_argmax", x, dim % lib.lz_ndim(x), int(bool(keepdim)))
+
+
+@lowers(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims,
+        args=ALL)
+def _any_all(cx, node, x, dim=None, keepdim=False):
+    m = _mask_of(cx, node.args[0], x)
+    if "all" in node.target.name():
+        m = cx.op("lz_eq", m, cx.consts.scalar(0.0))    # all(x) = not any(not x)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    if dims:
+        y = cx.op("lz_max_axes", m, len(dims), int_arg(sorted(d % lib.lz_ndim(m) for d in dims)),
+                  int(bool(keepdim)))
+    else:
+        y = cx.op("lz_max_axes", m, 0, int_arg([]), 0)
+    if "all" in node.target.name():
+        y = cx.op("lz_eq", y, cx.consts.scalar(0.0))
+    return _reshape_to(cx, node, y)
+
+
+@lowers(aten.logsumexp.default, args=ALL)
+def _logsumexp(cx, node, x, dims, keepdim=False):
+    nd = lib.lz_ndim(x)
+    dims = sorted(d % nd for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+    lib.lz_no_grad_begin()     # the shift cancels in the value and in the gradient
+    try:
+        m = cx.op("lz_max_axes", x, len(dims), int_arg(dims), 1)
+        m = cx.op("lz_where", cx.op("lz_eq", m, cx.consts.scalar(float("-inf"))), cx.consts.scalar(0.0), m)
+    finally:
+        lib.lz_no_grad_end()
+    s = cx.op("lz_sum_axes", cx.op("lz_exp", cx.op("lz_sub", x, m)), len(dims), int_arg(dims), 1)
+    y = cx.op("lz_add", cx.op("lz_log", s), m)
+    return _reshape_to(cx, node, y)
+
+
+@lowers(aten.sign.default, args=ALL)
+def _sign(cx, node, x):
+    dt = _lz_dtype(x)
+    pos = _as(cx, cx.op("lz_gt", x, _as(cx, 0, dt)), dt)
+    neg = _as(cx, cx.op("lz_lt", x, _as(cx, 0, dt)), dt)
+    lib.lz_no_grad_begin()
+    try:
+        return cx.op("lz_sub", pos, neg)
+    finally:
+        lib.lz_no_grad_end()
+
+
+@lowers(aten.reciprocal.default, args=ALL)
+def _reciprocal(cx, node, x):
+    return cx.op("lz_pow", _as(cx, x, F32), ctypes.c_float(-1.0))
+
+
+@lowers(aten.hardsigmoid.default, aten.hardsigmoid_.default, args=ALL)
+def _hardsigmoid(cx, node, x):
+    # relu6(x + 3) / 6
+    return cx.op("lz_mul", cx.op("lz_hardtanh", cx.op("lz_add", x, cx.consts.scalar(3.0)),
+                                 ctypes.c_float(0.0), ctypes.c_float(6.0)), cx.consts.scalar(1.0 / 6.0))
+
+
+@lowers(aten.hardswish.default, aten.hardswish_.default, args=ALL)
+def _hardswish(cx, node, x):
+    return cx.op("lz_mul", x, _hardsigmoid(cx, node, x))
+
+
+@lowers(aten.binary_cross_entropy_with_logits.default, args=ALL)
+def _bce_logits(cx, node, x, y, weight=None, pos_weight=None, reduction=1):
+    # max(x, 0) - x y + log(1 + exp(-|x|)), torch's stable form; with
+    # pos_weight p: (1 - y) x + (1 + (p - 1) y) (log(1 + exp(-|x|)) + max(-x, 0))
+    s = cx.consts.scalar
+    absx = cx.op("lz_maximum", x, cx.op("lz_neg", x))
+    soft = cx.op("lz_log", cx.op("lz_add", s(1.0), cx.op("lz_exp", cx.op("lz_neg", absx))))
+    if pos_weight is None:
+        loss = cx.op("lz_add", cx.op("lz_sub", cx.op("lz_relu", x), cx.op("lz_mul", x, y)), soft)
+    else:
+        lw = cx.op("lz_add", s(1.0), cx.op("lz_mul", cx.op("lz_sub", pos_weight, s(1.0)), y))
+        loss = cx.op("lz_add", cx.op("lz_mul", cx.op("lz_sub", s(1.0), y), x),
+                     cx.op("lz_mul", lw, cx.op("lz_add", soft, cx.op("lz_relu", cx.op("lz_neg", x)))))
+    if weight is not None:
+        loss = cx.op("lz_mul", loss, weight)
+    return _reduce(cx, loss, reduction)
+
+
+def _reduce(cx, loss, reduction):
+    if reduction == 1:
+        return cx.op("lz_mean", loss)
+    if reduction == 2:
+        return cx.op("lz_sum", loss)
+    return loss
+
+
+@lowers(aten.l1_loss.default, args=ALL)
+def _l1(cx, node, a, b, reduction=1):
+    d = cx.op("lz_sub", a, b)
+    return _reduce(cx, cx.op("lz_maximum", d, cx.op("lz_neg", d)), reduction)
+
+
+@lowers(aten.smooth_l1_loss.default, args=ALL)
+def _smooth_l1(cx, node, a, b, reduction=1, beta=1.0):
+    s = cx.consts.scalar
+    d = cx.op("lz_sub", a, b)
+    ad = cx.op("lz_maximum", d, cx.op("lz_neg", d))
+    if beta == 0:
+        return _reduce(cx, ad, reduction)
+    quad = cx.op("lz_mul", cx.op("lz_mul", d, d), s(0.5 / beta))
+    lin = cx.op("lz_sub", ad, s(0.5 * beta))
+    return _reduce(cx, cx.op("lz_where", cx.op("lz_lt", ad, s(float(beta))), quad, lin), reduction)
+
+
+def _group_norm(cx, node, x, w, b, n, c, hw, groups, eps):
+    shape = [lib.lz_dim(x, d) for d in range(lib.lz_ndim(x))]
+    xg = cx.op("lz_reshape", x, 3, shape_arg([n, groups, -1]))
+    y = cx.op("lz_layer_norm", xg, 1, None, None, ctypes.c_float(eps))
+    y = cx.op("lz_reshape", y, len(shape), shape_arg(shape))
+    cshape = [1, c] + [1] * (len(shape) - 2)
+    if w is not None:
+        y = cx.op("lz_mul", y, cx.op("lz_reshape", w, len(cshape), shape_arg(cshape)))
+    if b is not None:
+        y = cx.op("lz_add", y, cx.op("lz_reshape", b, len(cshape), shape_arg(cshape)))
+    return y
+
+
+@lowers(aten.native_group_norm.default, args=ALL)
+def _native_group_norm(cx, node, x, w, b, n, c, hw, groups, eps):
+    return (_group_norm(cx, node, x, w, b, n, c, hw, groups, eps), None, None)
+
+
+@lowers(aten.one_hot.default, args=ALL)
+def _one_hot(cx, node, idx, num_classes=-1):
+    n = _shape(node)[-1]
+    classes = Handle(cx.consts.tensor(("arange", n), torch.arange(n)))
+    shape = list(_shape(node))
+    i = cx.op("lz_reshape", _as(cx, idx, I64), len(shape), shape_arg(shape[:-1] + [1]))
+    return _as(cx, cx.op("lz_eq", i, classes), I64)
+
+
+def _sdpa_custom(cx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                 enable_gqa=False):
+    return _attention(cx, node, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
 # ---- tensors made from nothing: constants ----------------------------------
 
 FACTORIES = (aten.arange.default, aten.arange.start, aten.arange.start_step, aten.zeros.default,
@@ -889,6 +1299,28 @@ for _op in FACTORIES:
 
 # ---- decompositions applied while tracing ----------------------------------
 
+@torch.library.custom_op("lazyc::sdpa", mutates_args=())
+def _sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+             dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+             enable_gqa: bool = False) -> torch.Tensor:
+    """torch's scaled_dot_product_attention as one op of the trace (its
+    decomposition with dropout is bernoulli on an empty tensor and
+    _safe_softmax): lowered to lz_attention_ex."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa).clone()
+
+
+@_sdpa_op.register_fake
+def _(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return q.new_empty(q.shape[:-1] + v.shape[-1:])
+
+
+_register(torch.ops.lazyc.sdpa.default, _sdpa_custom)
+
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
 class TracingMode(torch.overrides.TorchFunctionMode):
     """Active while a step is traced: dropout is recorded as one
     native_dropout, lowered to lz_dropout (lazyc's generator: its masks
@@ -903,7 +1335,27 @@ class TracingMode(torch.overrides.TorchFunctionMode):
             a = dict(zip(names, args), **kwargs)
             x, p, train = a["input"], a.get("p", 0.5), a.get("training", a.get("train", True))
             return aten.native_dropout(x, p, train)[0] if train and p > 0 else x
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            a = dict(zip(_SDPA_ARGS, args), **kwargs)
+            return torch.ops.lazyc.sdpa(a["query"], a["key"], a["value"], a.get("attn_mask"),
+                                        float(a.get("dropout_p", 0.0)), bool(a.get("is_causal", False)),
+                                        a.get("scale"), bool(a.get("enable_gqa", False)))
         return func(*args, **kwargs)
+
+
+# ---- tracing -----------------------------------------------------------------
+
+def trace(f, *args):
+    """f traced into an aten graph: with the real arguments (the first
+    call's batch), so Python in a forward that reads data (HF's checks on
+    masks) runs on real values instead of stopping a fake-tensor trace, and
+    functionalised, so in-place writes into views (a slice's copy_, fill_)
+    become explicit scatters and buffer updates become copy_ into the
+    graph's inputs at its end."""
+    from torch.func import functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(functionalize(f, remove="mutations"), tracing_mode="real", record_stack_traces=True,
+                   _error_on_data_dependent_ops=False)(*args)
 
 
 # ---- the interpreter --------------------------------------------------------
@@ -948,6 +1400,8 @@ def prepare_constants(gm, consts):
     for v in (0.0, 1.0, float("-inf")):
         s(v)
     for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            consts.tensor(("attr", n.target), getattr(gm, n.target))
         if n.op != "call_function":
             continue
         nums = [a for a in list(n.args) + list(n.kwargs.values())
@@ -976,6 +1430,26 @@ def _dead(n):
     return not (schema is not None and schema.is_mutable)
 
 
+def live_nodes(gm):
+    """The nodes the graph's outputs and its writes into its inputs (copy_,
+    in-place ops) depend on. The rest, e.g. what feeds only data-dependent
+    Python (HF's checks on masks, read with .item() while tracing), is not
+    lowered: TrainStep's guards evaluate it in torch instead."""
+    live, stack = set(), []
+    for n in gm.graph.nodes:
+        if n.op == "output" or (n.op == "call_function" and n.target is not operator.getitem and
+                                not n.users and not _dead(n) and
+                                n.target not in (aten._local_scalar_dense.default,)):
+            stack.append(n)
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        stack.extend(n.all_input_nodes)
+    return live
+
+
 # Of the ops returning several values, the outputs the lowering computes
 # (statistics and indices saved for torch's backward are not).
 COMPUTED = {aten.native_batch_norm.default: {0}, aten._native_batch_norm_legit.default: {0},
@@ -995,17 +1469,34 @@ def unsupported_ops(gm):
     uses and the lowering does not compute counts too). Empty when every
     node lowers: the check run before anything executes."""
     bad = []
+    live = live_nodes(gm)
     for n in gm.graph.nodes:
+        if n not in live:
+            continue
+        where = _source(n)
         if n.target is operator.getitem and n.users and isinstance(n.args[0], torch.fx.Node) \
                 and n.args[0].target in COMPUTED and n.args[1] not in COMPUTED[n.args[0].target]:
-            bad.append("%s (output %d)" % (_name(n.args[0].target), n.args[1]))
+            bad.append("%s (output %d)%s" % (_name(n.args[0].target), n.args[1], where))
         if n.op != "call_function" or n.target is operator.getitem or _dead(n):
             continue
+        if n.target == aten.copy_.default and n.args[0].op == "placeholder":
+            continue
         if n.target not in LOWER:
-            bad.append(_name(n.target))
+            bad.append(_name(n.target) + where)
         else:
-            bad.extend(arg_problems(n))
+            bad.extend(p + where for p in arg_problems(n))
     return sorted(set(bad))
+
+
+def _source(n):
+    """ ' (at FILE:LINE in FUNCTION)' of the model code that made node n:
+    the innermost frame of its stack outside torch itself."""
+    st = n.meta.get("stack_trace") if hasattr(n, "meta") else None
+    if not st:
+        return ""
+    frames = [l.strip() for l in st.splitlines() if l.strip().startswith("File ")]
+    user = [f for f in frames if "/torch/" not in f and "/lazyc/torch/" not in f] or frames
+    return " (at %s)" % user[-1][5:].replace('"', "") if user else ""
 
 
 def run_graph(gm, inputs, consts, on_buffer_update=None):
@@ -1030,11 +1521,16 @@ def run_graph(gm, inputs, consts, on_buffer_update=None):
     def load(a):
         return torch.fx.node.map_arg(a, value)
 
+    live = live_nodes(gm)
     for n in gm.graph.nodes:
-        if n.op == "placeholder":
+        if n.op == "placeholder" or n not in live:
             continue
         if n.op == "output":
             return load(n.args[0])
+        if n.op == "get_attr":
+            # a tensor constant of the trace (real tracing keeps those it made)
+            cx.env[n] = Handle(consts.tensor(("attr", n.target), getattr(gm, n.target)))
+            continue
         if n.op != "call_function":
             raise Unsupported("fx node %s (%s)" % (n.op, n.target))
         cx.current = _name(n.target)
@@ -1066,7 +1562,7 @@ def run_graph(gm, inputs, consts, on_buffer_update=None):
             raise Unsupported("lazyc has no lowering for %s" % _name(n.target))
         probs = arg_problems(n)
         if probs:
-            raise Unsupported("; ".join(probs))
+            raise Unsupported("; ".join(probs) + _source(n))
         v = fn(cx, n, *load(n.args), **load(n.kwargs))
         cx.env[n] = v
         if n.target in IN_PLACE:

@@ -185,7 +185,7 @@ class TrainStep:
 
         ins = [p.detach().requires_grad_(p.requires_grad) for p in self.ptensors] + \
               [b.detach().clone() for b in self.btensors]
-        gm = make_fx(f, tracing_mode="fake")(ins, x, y)
+        gm = lower.trace(f, ins, x, y)
         bad = lower.unsupported_ops(gm)
         if bad:
             raise lower.Unsupported("lazyc.torch.train_step: lazyc has no lowering for %s" % ", ".join(bad))
