@@ -402,6 +402,88 @@ def test_nanogpt_causal():
     assert_parity("nanogpt-bias", TinyGPT(), x, y, "sgd", steps=3)
 
 
+class Branchy(nn.Module):
+    """Python that reads the batch's values, as HF's mask checks do: the
+    trace follows the first batch's branch and must not apply it to a batch
+    that takes the other one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if bool((x[:, 0] > 0).all()):
+            return h * 2.0
+        return h - 1.0
+
+
+def test_data_dependent_python_is_guarded():
+    """A forward with data-dependent Python (fake-tensor tracing stopped on
+    it on main) traces with the real batch; a later batch taking the other
+    branch is traced again (a guard), never run through the wrong branch."""
+    torch.manual_seed(12)
+    m1 = Branchy()
+    m2 = copy.deepcopy(m1)
+    o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
+    step = lzt.train_step(m2, o2, parity.loss_ce)
+    pos = torch.rand(6, 4) + 0.1
+    mixed = pos.clone()
+    mixed[2, 0] = -1.0
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    for i, x in enumerate([pos, pos, mixed, pos, mixed]):
+        o1.zero_grad()
+        l1 = parity.loss_ce(m1(x), y)
+        l1.backward()
+        o1.step()
+        l2 = step(x, y)
+        assert abs(l1.item() - l2) <= 1e-5 * max(1.0, abs(l2)), (i, l1.item(), l2)
+    assert step.retraces >= 2, step.retraces
+    step.close()
+
+    class ReadsWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            if self.fc.weight.sum() > 100:
+                x = x * 2
+            return self.fc(x)
+
+    m = ReadsWeight()
+    step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)
+    try:
+        step(pos, y)
+    except lzt.Unsupported as e:
+        assert "parameter" in str(e) and "test_bridge.py" in str(e), str(e)
+    else:
+        raise AssertionError("a branch on a parameter's value was not refused")
+
+
+def test_untraceable_names_module_and_line():
+    class Opaque(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            scale = x.sum(1).item()              # .item() of 2 numbers: an error in torch too
+            return self.fc(x) * scale
+
+    m = Opaque()
+    step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)
+    try:
+        step(r(2, 4), torch.tensor([0, 1]))
+    except lzt.Unsupported as e:
+        msg = str(e)
+        assert "Opaque" in msg and "test_bridge.py" in msg and ".item()" in msg, msg
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError("untraceable code gave %s: %s" % (type(e).__name__, e))
+    else:
+        raise AssertionError("an untraceable forward trained")
+
+
 def test_unsupported_op_named():
     class M(nn.Module):
         def __init__(self):

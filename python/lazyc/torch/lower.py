@@ -1354,8 +1354,67 @@ def trace(f, *args):
     graph's inputs at its end."""
     from torch.func import functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
-    return make_fx(functionalize(f, remove="mutations"), tracing_mode="real", record_stack_traces=True,
-                   _error_on_data_dependent_ops=False)(*args)
+    g = functionalize(f, remove="mutations")
+    try:
+        # fake tensors first: nothing computed, and code that leaves torch
+        # (numpy, a tensor's data pointer) fails here instead of baking the
+        # first batch's values into the graph
+        return make_fx(g, tracing_mode="fake", record_stack_traces=True)(*args)
+    except Unsupported:
+        raise
+    except Exception as e:
+        if not _data_dependent(e):
+            raise Untraceable("lazyc.torch: the model could not be traced%s: %s: %s"
+                              % (_where_in_model(e.__traceback__), type(e).__name__,
+                                 str(e).split("\n")[0])) from e
+    # Python that reads tensor values: trace with the real batch, so it runs
+    # on real values; each read becomes a guard (guard.py)
+    try:
+        return make_fx(g, tracing_mode="real", record_stack_traces=True,
+                       _error_on_data_dependent_ops=False)(*args)
+    except Unsupported:
+        raise
+    except Exception as e:
+        raise Untraceable("lazyc.torch: the model could not be traced%s: %s: %s"
+                          % (_where_in_model(e.__traceback__), type(e).__name__,
+                             str(e).split("\n")[0])) from e
+
+
+def _data_dependent(e):
+    """Whether tracing with fake tensors failed on data (Python reading
+    values) or on fake tensors themselves (a model mixing in real tensors
+    it made): the cases a trace with the real batch handles."""
+    while e is not None:
+        text = type(e).__name__ + " " + str(e)
+        if "DataDependent" in text or "data-dependent" in text or "_local_scalar_dense" in text or \
+                "convert all Tensors to FakeTensors" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class Untraceable(Unsupported):
+    """Model code that make_fx cannot trace (named by module and line)."""
+
+
+def _where_in_model(tb):
+    """' in MODULE (FILE:LINE: CODE)': the innermost frame of the failing
+    trace outside torch and lazyc, and the nn.Module whose code runs there."""
+    import linecache
+    last, module = None, None
+    while tb is not None:
+        fr = tb.tb_frame
+        fn = fr.f_code.co_filename
+        if "/torch/" not in fn and "/lazyc/" not in fn and "/functorch/" not in fn:
+            last = (fn, tb.tb_lineno)
+            me = fr.f_locals.get("self")
+            if isinstance(me, torch.nn.Module):
+                module = type(me).__name__
+        tb = tb.tb_next
+    if last is None:
+        return ""
+    code = linecache.getline(last[0], last[1]).strip()
+    return " in %s (%s:%d: %s)" % (module or "the model", last[0], last[1], code)
 
 
 # ---- the interpreter --------------------------------------------------------

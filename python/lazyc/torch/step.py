@@ -18,7 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call
 
 from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64, I32
-from . import lower
+from . import lower, guard
 
 _DTYPES = {torch.float32: F32, torch.int64: I64, torch.int32: I32}
 # torch.bool tensors (masks, buffers) travel as f32 0/1, lazyc's masks
@@ -168,6 +168,8 @@ class TrainStep:
         self.counted = {}        # buffer index -> increments per step (num_batches_tracked)
         self.steps = 0
         self.traces = 0          # times the step function ran in Python (traced)
+        self.guards = None       # what the trace assumed about data (guard.Guards)
+        self.retraces = 0        # traces made again because a guard failed
         self._error = None
         self._cb = STEP_FN(self._step_fn)
         _LIVE[id(model)] = self
@@ -185,7 +187,17 @@ class TrainStep:
 
         ins = [p.detach().requires_grad_(p.requires_grad) for p in self.ptensors] + \
               [b.detach().clone() for b in self.btensors]
-        gm = lower.trace(f, ins, x, y)
+        # the model's own tensors, restored after tracing: functional_call
+        # swaps them for the trace's and a model that re-ties weights while
+        # running (HF T5) could keep a traced one
+        saved = [(m, dict(m._parameters), dict(m._buffers)) for m in model.modules()]
+        try:
+            gm = lower.trace(f, ins, x, y)
+        finally:
+            for m, ps, bs in saved:
+                m._parameters.update(ps)
+                m._buffers.update(bs)
+        self.guards = guard.Guards(gm, np_, [ins, x, y])
         bad = lower.unsupported_ops(gm)
         if bad:
             raise lower.Unsupported("lazyc.torch.train_step: lazyc has no lowering for %s" % ", ".join(bad))
@@ -242,6 +254,9 @@ class TrainStep:
     # -- calls ------------------------------------------------------------
     def __call__(self, x, y):
         key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
+        if key == self.key and self.guards and not self.guards.hold(x, y, self.btensors):
+            self.key = None      # the batch takes another branch of the model's Python: trace it
+            self.retraces += 1
         if key != self.key:
             if self.fn:
                 lib.lz_fn_free(self.fn)
