@@ -275,6 +275,20 @@ typedef struct lz_cross_entropy_opts {
 LZ_API lz_tensor *lz_cross_entropy_ex(lz_tensor *logits, lz_tensor *target,
                                       const lz_cross_entropy_opts *opts);
 
+/* x * rsqrt(mean(x^2 over the last n_axes) + eps) * weight (weight may be
+   NULL): torch's nn.RMSNorm, HF's LlamaRMSNorm. */
+LZ_API lz_tensor *lz_rms_norm(lz_tensor *x, int n_axes, lz_tensor *weight, float eps);
+/* nn.GroupNorm over x [N, C, ...]: groups of C/groups channels normalised
+   per sample, then weight/bias [C] (either may be NULL). */
+LZ_API lz_tensor *lz_group_norm(lz_tensor *x, int groups, lz_tensor *weight, lz_tensor *bias, float eps);
+/* Element-wise losses with torch's reduction (f32, same shapes or broadcast). */
+LZ_API lz_tensor *lz_mse_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction);
+LZ_API lz_tensor *lz_l1_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction);
+LZ_API lz_tensor *lz_smooth_l1_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction, float beta);
+/* torch's binary_cross_entropy_with_logits; weight and pos_weight may be NULL. */
+LZ_API lz_tensor *lz_bce_with_logits(lz_tensor *logits, lz_tensor *target, lz_tensor *weight,
+                                     lz_tensor *pos_weight, lz_reduction reduction);
+
 /* lz_attention with torch's scaled_dot_product_attention options. */
 typedef struct lz_attention_opts {
     lz_tensor *mask;          /* additive and broadcastable, or NULL */

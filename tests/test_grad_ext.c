@@ -300,8 +300,69 @@ static void test_clip(void)
     lz_free(a), lz_free(b), lz_free(c);
 }
 
+/* ---- norms and element-wise losses ---------------------------------------------- */
+
+static lz_tensor *f_rms(void *c, lz_tensor *const *in) { (void)c; return lz_rms_norm(in[0], 1, in[1], 1e-5f); }
+static lz_tensor *f_gn(void *c, lz_tensor *const *in) { (void)c; return lz_group_norm(in[0], 2, in[1], in[2], 1e-5f); }
+static lz_tensor *f_losses(void *c, lz_tensor *const *in)
+{
+    int r = *(int *)c;
+    lz_tensor *t = in[1];
+    lz_tensor *a = lz_add(lz_mse_loss(in[0], t, (lz_reduction)r), lz_l1_loss(in[0], t, (lz_reduction)r));
+    lz_tensor *b = lz_add(lz_smooth_l1_loss(in[0], t, (lz_reduction)r, 0.5f),
+                          lz_bce_with_logits(in[0], lz_sigmoid(t), NULL, in[2], (lz_reduction)r));
+    return lz_add(a, b);
+}
+
+static void test_norms_losses(void)
+{
+    const int64_t xs[3] = {2, 3, 6}, ws[1] = {6};
+    lz_tensor *x = grad_rand(20, -2, 2, 3, xs), *w = grad_rand(21, 0.5f, 1.5f, 1, ws);
+    float *xv = lz_test_read(x), *wv = lz_test_read(w), *yv = lz_test_read(lz_rms_norm(x, 1, w, 1e-5f));
+    for (int r = 0; r < 6; r++) {
+        double ms = 0;
+        for (int j = 0; j < 6; j++) ms += (double)xv[r * 6 + j] * xv[r * 6 + j] / 6;
+        for (int j = 0; j < 6; j++) CHECK_NEAR(yv[r * 6 + j], xv[r * 6 + j] / sqrt(ms + 1e-5) * wv[j], 1e-5);
+    }
+    free(xv), free(wv), free(yv);
+    lz_tensor *in[3] = {x, w, NULL};
+    check_grad("rms_norm", f_rms, NULL, 2, in);
+    const int64_t gs[4] = {2, 4, 3, 3}, cs[1] = {4};
+    lz_tensor *gx = grad_rand(22, -2, 2, 4, gs), *gw = grad_rand(23, 0.5f, 1.5f, 1, cs), *gb = grad_rand(24, -1, 1, 1, cs);
+    float *gv = lz_test_read(gx), *go = lz_test_read(lz_group_norm(gx, 2, NULL, NULL, 1e-5f));
+    for (int n = 0; n < 2; n++)
+        for (int g = 0; g < 2; g++) {
+            const float *p = gv + (n * 4 + g * 2) * 9;
+            double m = 0, v = 0;
+            for (int i = 0; i < 18; i++) m += p[i] / 18.0;
+            for (int i = 0; i < 18; i++) v += (p[i] - m) * (p[i] - m) / 18.0;
+            for (int i = 0; i < 18; i++) CHECK_NEAR(go[(n * 4 + g * 2) * 9 + i], (p[i] - m) / sqrt(v + 1e-5), 1e-4);
+        }
+    free(gv), free(go);
+    lz_tensor *gin[3] = {gx, gw, gb};
+    check_grad("group_norm", f_gn, NULL, 3, gin);
+    const int64_t ls[2] = {3, 4};
+    lz_tensor *a = grad_rand(25, -2, 2, 2, ls), *t = grad_rand(26, -2, 2, 2, ls);
+    const int64_t pws[1] = {4};
+    lz_tensor *pw = lz_test_rand(27, 0.5f, 2.0f, 1, pws);
+    for (int r = 0; r < 3; r++) {
+        lz_tensor *lin[3] = {a, t, pw};
+        check_grad("losses", f_losses, &r, 2, lin);
+    }
+    /* BCE with logits against its definition at one point */
+    const int64_t one[1] = {1};
+    const float xv1 = 0.7f, tv1 = 0.25f;
+    lz_tensor *x1 = lz_from_host(&xv1, LZ_F32, 1, one), *t1 = lz_from_host(&tv1, LZ_F32, 1, one);
+    double s = 1 / (1 + exp(-0.7));
+    CHECK_NEAR(lz_item(lz_bce_with_logits(x1, t1, NULL, NULL, LZ_REDUCTION_MEAN)),
+               -(0.25 * log(s) + 0.75 * log(1 - s)), 1e-6);
+    lz_free(x1), lz_free(t1), lz_free(a), lz_free(t), lz_free(pw), lz_free(gx), lz_free(gw), lz_free(gb);
+    lz_free(x), lz_free(w);
+}
+
 int main(void)
 {
+    test_norms_losses();
     test_elementwise();
     test_indexing();
     test_cross_entropy();
