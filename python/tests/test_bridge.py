@@ -484,6 +484,80 @@ def test_untraceable_names_module_and_line():
         raise AssertionError("an untraceable forward trained")
 
 
+def test_gradient_accumulation():
+    """accumulate=K: K micro-batches' gradients (of loss / K) added before
+    one update, inside the one execution, as torch's loop over micro-batches
+    with loss.backward() each; batch norm's statistics update per
+    micro-batch as in torch."""
+    torch.manual_seed(13)
+    # no conv bias before batch norm: its gradient is rounding noise, which
+    # AdamW scales up to a full step
+    m1 = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                       nn.Linear(4 * 36, 3))
+    m2 = copy.deepcopy(m1)
+    o1, o2 = parity.make_opt("adamw", m1.parameters()), parity.make_opt("adamw", m2.parameters())
+    step = lzt.train_step(m2, o2, parity.loss_ce, accumulate=2)
+    x, y = r(8, 3, 8, 8), torch.randint(0, 3, (8,))
+    for i in range(3):
+        o1.zero_grad()
+        total = 0.0
+        for k in range(2):
+            loss = parity.loss_ce(m1(x[4 * k:4 * k + 4]), y[4 * k:4 * k + 4]) / 2
+            loss.backward()
+            total += loss.item()
+        o1.step()
+        lzt.metrics_reset()
+        got = step(x, y)
+        assert abs(got - total) <= 1e-5 * max(1.0, abs(total)), (i, got, total)
+        assert i < 2 or lzt.metrics()["executions"] == 1, lzt.metrics()
+    lzt.sync(m2, o2)
+    for (k, v), w in zip(m1.state_dict().items(), m2.state_dict().values()):
+        assert torch.allclose(v.float(), w.float(), rtol=1e-4, atol=1e-5), (k, (v.float() - w.float()).abs().max())
+    step.close()
+
+
+def test_autocast_bf16():
+    """torch.autocast("cpu", torch.bfloat16) around the step runs lazyc's
+    bf16 autocast: close to torch's autocast run (bf16 products; lazyc keeps
+    their outputs in f32 where torch continues in bf16), visibly not the f32
+    step, one execution per step."""
+    torch.manual_seed(14)
+    m0 = mlp()
+    x, y = r(16, 20), torch.randint(0, 5, (16,))
+    runs = {}
+    for mode in ("torch_bf16", "lazyc_bf16", "lazyc_f32"):
+        m = copy.deepcopy(m0)
+        o = torch.optim.SGD(m.parameters(), lr=0.1)
+        step = lzt.train_step(m, o, parity.loss_ce) if mode.startswith("lazyc") else None
+        losses = []
+        for i in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode.endswith("bf16")):
+                if step is None:
+                    o.zero_grad()
+                    loss = parity.loss_ce(m(x), y)
+                    loss.backward()
+                    o.step()
+                    losses.append(loss.item())
+                else:
+                    lzt.metrics_reset()
+                    losses.append(step(x, y))
+                    assert i < 2 or lzt.metrics()["executions"] == 1
+        runs[mode] = losses
+        if step:
+            step.close()
+    for a, b in zip(runs["torch_bf16"], runs["lazyc_bf16"]):
+        assert abs(a - b) <= 2e-2 * abs(a), runs
+    assert runs["lazyc_bf16"] != runs["lazyc_f32"], runs
+    m = mlp()
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)(x, y)
+    except lzt.Unsupported as e:
+        assert "float16" in str(e)
+    else:
+        raise AssertionError("float16 autocast accepted")
+
+
 def test_unsupported_op_named():
     class M(nn.Module):
         def __init__(self):

@@ -17,7 +17,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call
 
-from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64, I32
+from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64, I32, BF16
 from . import lower, guard
 
 _DTYPES = {torch.float32: F32, torch.int64: I64, torch.int32: I32}
@@ -131,8 +131,11 @@ def _opt_kind(optimizer):
 class TrainStep:
     """The callable train_step returns: step(x, y) -> loss as a float."""
 
-    def __init__(self, model, optimizer, loss_fn, clip_grad_norm=None):
+    def __init__(self, model, optimizer, loss_fn, clip_grad_norm=None, accumulate=1):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        if int(accumulate) != accumulate or accumulate < 1:
+            raise ValueError("lazyc.torch.train_step: accumulate=%r must be a positive integer" % (accumulate,))
+        self.accumulate, self.micro = int(accumulate), None
         if clip_grad_norm is not None and not (float(clip_grad_norm) > 0 and
                                                float(clip_grad_norm) < float("inf")):
             raise ValueError("lazyc.torch.train_step: clip_grad_norm=%r must be a positive finite number"
@@ -225,14 +228,36 @@ class TrainStep:
             for o in self.opts:
                 o.zero_grad()
             self._pending = {}
-            with self.consts.scope():
-                loss = lower.run_graph(self.gm, self.handles + [ins[0], ins[1]], self.consts,
-                                       self._on_buffer_update)
-                if isinstance(loss, (list, tuple)):
-                    loss = loss[0]
-                lib.lz_keep(loss)
-            if lib.lz_backward(loss) != 0:
-                raise error("lazyc.torch: backward")
+            k = self.accumulate
+            losses = []
+            for i in range(k):
+                # micro-batch i: forward and backward of loss / k, the
+                # gradients adding up in the leaves, as loss.backward() per
+                # micro-batch does in torch
+                with self.consts.scope():
+                    xs, ys = ins[0], ins[1]
+                    if k > 1:
+                        b = self.micro
+                        xs = lib.lz_slice(ins[0], 0, i * b, (i + 1) * b)
+                        ys = lib.lz_slice(ins[1], 0, i * b, (i + 1) * b)
+                    loss = lower.run_graph(self.gm, self.handles + [xs, ys], self.consts,
+                                           self._on_buffer_update)
+                    if isinstance(loss, (list, tuple)):
+                        loss = loss[0]
+                    lib.lz_keep(loss)
+                seed = lib.lz_scale(loss, ctypes.c_float(1.0 / k)) if k > 1 else loss
+                if lib.lz_backward(seed) != 0:
+                    raise error("lazyc.torch: backward")
+                if k > 1:
+                    lib.lz_free(seed)
+                losses.append(loss)
+            if k > 1:
+                lib.lz_no_grad_begin()
+                total = losses[0]
+                for extra in losses[1:]:
+                    total = lib.lz_add(total, extra)
+                loss = lib.lz_scale(total, ctypes.c_float(1.0 / k))
+                lib.lz_no_grad_end()
             if self.clip is not None:
                 ps = [h for o in self.opts for h in o.handles]
                 norm = lib.lz_clip_grad_norm((ctypes.c_void_p * len(ps))(*ps), len(ps),
@@ -252,16 +277,29 @@ class TrainStep:
             return -1
 
     # -- calls ------------------------------------------------------------
+    def _micro(self, t, i):
+        return t[i * self.micro:(i + 1) * self.micro] if self.accumulate > 1 else t
+
     def __call__(self, x, y):
-        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
-        if key == self.key and self.guards and not self.guards.hold(x, y, self.btensors):
+        ac = _autocast_dtype()
+        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, ac)
+        if self.accumulate > 1 and (x.shape[0] % self.accumulate or y.shape[0] != x.shape[0]):
+            raise ValueError("lazyc.torch: accumulate=%d needs a batch that splits into equal micro-batches "
+                             "(x %s, y %s)" % (self.accumulate, tuple(x.shape), tuple(y.shape)))
+        self.micro = x.shape[0] // self.accumulate
+        if key == self.key and self.guards and not all(
+                self.guards.hold(self._micro(x, i), self._micro(y, i), self.btensors)
+                for i in range(self.accumulate)):
             self.key = None      # the batch takes another branch of the model's Python: trace it
             self.retraces += 1
         if key != self.key:
             if self.fn:
                 lib.lz_fn_free(self.fn)
                 self.fn = None
-            self.gm = self._trace(x, y)
+            with torch.autocast("cpu", enabled=False):
+                # the graph stays float32; lazyc's autocast region (below)
+                # makes the products bf16
+                self.gm = self._trace(self._micro(x, 0), self._micro(y, 0))
             self.fn = lib.lz_capture(self._cb, None, 2, self.n_out)
             if not self.fn:
                 raise error("lz_capture")
@@ -272,7 +310,13 @@ class TrainStep:
         ins = (ctypes.c_void_p * 2)(hx, hy)
         out = (ctypes.c_void_p * self.n_out)()
         self._error = None
-        rc = lib.lz_call(self.fn, ins, out)
+        if ac is not None and lib.lz_autocast_begin(BF16) != 0:
+            raise error("lazyc.torch: autocast")
+        try:
+            rc = lib.lz_call(self.fn, ins, out)
+        finally:
+            if ac is not None:
+                lib.lz_autocast_end()
         lib.lz_free(hx)
         lib.lz_free(hy)
         if rc != 0:
@@ -361,15 +405,32 @@ class TrainStep:
             pass
 
 
-def train_step(model, optimizer, loss_fn, clip_grad_norm=None):
+def _autocast_dtype():
+    """torch.autocast("cpu", torch.bfloat16) around the call: lazyc's
+    autocast (lz_autocast_begin: products in bf16, accumulated and returned
+    in f32; the rest f32). None outside autocast."""
+    if not torch.is_autocast_enabled("cpu"):
+        return None
+    dt = torch.get_autocast_dtype("cpu")
+    if dt != torch.bfloat16:
+        raise lower.Unsupported("lazyc.torch: torch.autocast to %s (lazyc's autocast is bfloat16)" % dt)
+    return dt
+
+
+def train_step(model, optimizer, loss_fn, clip_grad_norm=None, accumulate=1):
     """step(x, y) -> float: forward, loss_fn(output, y), backward and the
     optimizer's update as one lazyc execution. lazyc holds the parameters,
     buffers and optimizer state from here on; sync(model, optimizer) writes
     them back into the torch objects. clip_grad_norm=MAX clips the
     gradients' total norm to MAX between backward and the update, in the
     same execution, as torch.nn.utils.clip_grad_norm_(params, MAX) does
-    there; step.grad_norm() reads the norm before clipping."""
-    return TrainStep(model, optimizer, loss_fn, clip_grad_norm)
+    there; step.grad_norm() reads the norm before clipping. accumulate=K
+    splits each batch into K equal micro-batches along axis 0 and adds up
+    their gradients (of loss / K) before the one update, all in the one
+    execution; the loss returned is the micro-batches' mean. Called under
+    torch.autocast("cpu", dtype=torch.bfloat16), the step runs in lazyc's
+    bf16 autocast (products in bf16, f32 elsewhere)."""
+    return TrainStep(model, optimizer, loss_fn, clip_grad_norm, accumulate)
 
 
 _warned_clip = set()
