@@ -704,40 +704,77 @@ def test_zoo_parity(models=SMOKE_MODELS):
 
 # ---- torch.compile -------------------------------------------------------------
 
-def test_compile_backend():
-    """The MLP's forward and backward graphs run on lazyc (two executions per
-    step, no compile after the first) and train like eager torch; a model
-    with ops lazyc cannot lower falls back with a warning naming them."""
-    torch.manual_seed(7)
-    m1 = mlp()
-    m2 = copy.deepcopy(m1)
+def _compile_parity(m1, x, y, loss_fn=parity.loss_ce, steps=3, want_execs=2):
+    """torch.compile(backend="lazyc") of a copy of m1 against eager m1, SGD:
+    each state tensor within parity.py's tolerance (30x eager float32's own
+    error against a float64 run, at least 1e-4). Returns the compiled model
+    and the lazyc warnings."""
+    m2, m64 = copy.deepcopy(m1), copy.deepcopy(m1).double()
+    torch._dynamo.reset()
     cm = torch.compile(m2, backend="lazyc")
     o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
-    x, y = r(8, 20), torch.randint(0, 5, (8,))
+    o64 = parity.make_opt("sgd", m64.parameters())
+    x64 = x.double() if x.is_floating_point() else x
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        for i in range(3):
+        for i in range(steps):
+            o64.zero_grad()
+            loss_fn(m64(x64), y).backward()
+            o64.step()
             lzt.metrics_reset()
             for m, o in ((m1, o1), (cm, o2)):
                 o.zero_grad()
-                loss = parity.loss_ce(m(x), y)
+                loss = loss_fn(m(x), y)
                 loss.backward()
                 o.step()
             mt = lzt.metrics()
-            assert mt["executions"] == 2 and (i == 0 or mt["compiles"] == 0), (i, mt)
-    assert not [x for x in w if "lazyc" in str(x.message)], [str(x.message) for x in w]
-    for p, q in zip(m1.parameters(), m2.parameters()):
-        assert torch.allclose(p, q, rtol=1e-4, atol=1e-6)
+            if want_execs is not None:
+                assert mt["executions"] == want_execs and (i == 0 or mt["compiles"] == 0), (i, mt)
+    ref = m64.state_dict()
+    for (k, p), q in zip(m1.state_dict().items(), m2.state_dict().values()):
+        tol = max(parity.TOL, parity.MARGIN * parity.rel_err(p, ref[k]))
+        assert parity.rel_err(q, ref[k]) <= tol, (k, parity.rel_err(q, ref[k]), tol)
+    return cm, [str(x.message) for x in w if "lazyc" in str(x.message)]
+
+
+def test_compile_backend():
+    """torch.compile(backend="lazyc") trains in lazyc: each compiled graph's
+    forward is one execution and its backward another (an MLP, a CNN with
+    batch norm and pooling, a causal transformer: 2 executions per step, on
+    main the CNN's both graphs ran in eager torch), buffers updated like
+    torch's; inference with factory ops (arange) runs; an op lazyc cannot
+    lower runs alone in torch, with a warning naming it."""
+    torch.manual_seed(7)
+    x, y = r(8, 20), torch.randint(0, 5, (8,))
+    _, msgs = _compile_parity(mlp(), x, y)
+    assert not msgs, msgs
+    # Tanh, not ReLU, before the max pool: a conv-BN-ReLU-pool-conv-BN-ReLU
+    # CNN of this size differs from torch in train_step as well (docs/bridge.md,
+    # "Known differences"): this test is about the compile path
+    cnn = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Tanh(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(8, 5))
+    _, msgs = _compile_parity(cnn, r(4, 3, 12, 12), y[:4])
+    assert not msgs, msgs
+    gpt = TinyGPT()
+    tok = torch.randint(0, 50, (2, 16))
+    cm, msgs = _compile_parity(gpt, tok, torch.randint(0, 50, (2, 16)), loss_fn=parity.loss_ce)
+    assert not msgs, msgs
+    with torch.no_grad():
+        cm.eval()
+        gpt.eval()
+        assert torch.allclose(cm(tok), gpt(tok), rtol=1e-4, atol=1e-5)
 
     class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(20, 16), nn.Linear(16, 5)
+
         def forward(self, x):
-            return torch.erfinv(torch.tanh(x) * 0.5)
-    torch._dynamo.reset()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        out = torch.compile(M(), backend="lazyc")(x)
-    assert torch.allclose(out, M()(x))
-    assert any("erfinv" in str(x.message) for x in w), [str(x.message) for x in w]
+            return self.fc2(torch.erfinv(torch.tanh(self.fc1(x)) * 0.5))
+    _, msgs = _compile_parity(M(), x, y, want_execs=None)
+    assert any("erfinv" in m for m in msgs), msgs
+    assert lzt.metrics()["executions"] >= 2, lzt.metrics()
 
 
 # ---- the package ---------------------------------------------------------------

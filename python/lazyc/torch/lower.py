@@ -110,6 +110,8 @@ class Constants:
         """A data tensor holding value (a torch tensor), made once per key."""
         h = self.by_key.get(key)
         if h is None:
+            if _is_fake(value):
+                raise Unsupported("a constant that is a fake tensor (no data): %s" % (key,))
             t = value.detach().contiguous()
             if t.dtype == torch.bool:
                 t = t.float()
@@ -1277,7 +1279,20 @@ FACTORIES = (aten.arange.default, aten.arange.start, aten.arange.start_step, ate
              aten.ones_like.default, aten.full_like.default)
 
 
+def _is_fake(t):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
 def _factory_value(node):
+    """The value of a factory node, computed by torch on the host, outside
+    any fake mode (torch.compile traces under one): real data to copy."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return _factory_value_real(node)
+
+
+def _factory_value_real(node):
     val = node.meta["val"]
     if node.target in (aten.zeros_like.default, aten.ones_like.default, aten.full_like.default):
         fill = {aten.zeros_like.default: 0, aten.ones_like.default: 1}.get(node.target)
