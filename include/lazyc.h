@@ -346,6 +346,10 @@ LZ_API void       lz_requires_grad(lz_tensor *t, int on);
    grad; loss must have one element. Frees the recorded graph. */
 LZ_API int        lz_backward(lz_tensor *loss);
 LZ_API lz_tensor *lz_grad(lz_tensor *t);                  /* borrowed; NULL if none */
+/* A new tensor holding x's current value with no autograd record and no
+   requires-grad flag (torch's x.detach()): no gradient flows back through
+   it. Shares x's value without a copy; a later lz_assign to x leaves it. */
+LZ_API lz_tensor *lz_detach(lz_tensor *x);
 /* Drops t's grad, so the next backward starts from zero. */
 LZ_API void       lz_zero_grad(lz_tensor *t);
 /* dst takes src's value, lazily (same shape and dtype). */
@@ -374,7 +378,10 @@ typedef struct lz_sgd_opts {
 } lz_sgd_opts;
 /* SGD as in torch.optim.SGD; lr, momentum and weight decay are 0-d data.
    Every parameter must be f32 and require grad (else NULL and an error
-   naming it); one without a grad at a step is skipped, as torch does. */
+   naming it); one without a grad at a step is skipped, as torch does.
+   The optimizer holds its own reference to each parameter (released by
+   lz_sgd_free), so the program may free them, or their lz_params set,
+   first: the optimizer goes on updating its tensors. */
 LZ_API lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts);
 /* Never recompiles; 0 is 0 here. A negative or non-finite rate is refused
    with an error and the rate stays. */
@@ -395,7 +402,8 @@ typedef struct lz_adamw_opts {
 } lz_adamw_opts;
 /* torch.optim.Adam / AdamW. The step count and bias corrections are data
    advanced inside the graph, so a captured step replays correctly. Every
-   parameter must be f32 and require grad (else NULL and an error naming it). */
+   parameter must be f32 and require grad (else NULL and an error naming it).
+   Holds its own references to the parameters, as lz_sgd_new does. */
 LZ_API lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts);
 LZ_API void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* as lz_sgd_set_lr */
 LZ_API int       lz_adamw_step(lz_adamw *opt);

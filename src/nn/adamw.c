@@ -57,7 +57,7 @@
 
 struct lz_adamw {
     int n;
-    lz_tensor **params;          /* borrowed: they must outlive the optimizer */
+    lz_tensor **params;          /* held (lz_optim_hold_params) */
     lz_tensor **m, **v;          /* owned: first and second moments */
     lz_tensor **steps;           /* owned: per parameter, 0-d step count */
     int64_t *taken;              /* per parameter: steps recorded for it */
@@ -87,6 +87,7 @@ void lz_adamw_free(lz_adamw *opt)
                              opt->log_b1, opt->log_b2, opt->floor_y, opt->eps, opt->wd };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
         lz_free(scalars[i]);
+    lz_optim_drop_params(opt->params, opt->n);
     free(opt->params);
     free(opt->taken);
     free(opt->grouped);
@@ -172,8 +173,12 @@ lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts o)
         lz_adamw_free(opt);
         return lz_errorf("lz_adamw_new: out of memory");
     }
-    for (int i = 0; i < n; i++)
-        opt->params[i] = params[i];
+    if (lz_optim_hold_params("lz_adamw_new", opt->params, params, n) != 0) {
+        free(opt->params);
+        opt->params = NULL;
+        lz_adamw_free(opt);
+        return NULL;
+    }
 
     /* 1 - beta in double, as torch computes its alpha and value arguments
        before they are rounded to the parameters' f32 */
@@ -202,6 +207,7 @@ void lz_adamw_set_lr(lz_adamw *opt, float lr)
         lz_errorf("lz_adamw_set_lr: optimizer is NULL");
         return;
     }
+    if (lz_owner_check("lz_adamw_set_lr")) return;
     if (bad_value(lr) || lr < 0.0f) {
         lz_errorf("lz_adamw_set_lr: invalid learning rate %g (the rate stays %g)", (double)lr,
                   (double)opt->opts.lr);
@@ -217,6 +223,7 @@ void lz_adamw_zero_grad(lz_adamw *opt)
         lz_errorf("lz_adamw_zero_grad: optimizer is NULL");
         return;
     }
+    if (lz_owner_check("lz_adamw_zero_grad")) return;
     for (int i = 0; i < opt->n; i++)
         lz_zero_grad(opt->params[i]);
 }

@@ -64,3 +64,21 @@ int lz_optim_undo_end(lz_optim_undo *u, int rc)
     free(u->node);
     return rc;
 }
+
+int lz_optim_hold_params(const char *fn, lz_tensor **dst, lz_tensor *const *params, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(dst[i] = lz_retain(params[i]))) {
+            lz_optim_drop_params(dst, i);
+            return lz_errorf_int("%s: out of memory", fn);
+        }
+    return 0;
+}
+
+void lz_optim_drop_params(lz_tensor **held, int n)
+{
+    for (int i = 0; held && i < n; i++) {
+        lz_free(held[i]);
+        held[i] = NULL;
+    }
+}

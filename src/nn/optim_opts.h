@@ -16,6 +16,14 @@ static inline float lz_opt_or(float v, float dflt)
    one listed twice. */
 int lz_optim_check_params(const char *fn, lz_tensor *const *params, int n);
 
+/* The optimizer's own references to its parameters (lz_retain handles), so
+   a program may free its parameters, or their lz_params set, before the
+   optimizer. params must have n entries; dst has room for them. 0, or -1
+   with "fn: out of memory" and none held. */
+int  lz_optim_hold_params(const char *fn, lz_tensor **dst, lz_tensor *const *params, int n);
+/* Drops the references lz_optim_hold_params took (NULL entries skipped). */
+void lz_optim_drop_params(lz_tensor **held, int n);
+
 /* An optimizer step runs all or nothing: the values (nodes) its tensors
    hold before it, so that a failure part-way puts every one back and no
    parameter is updated without the others. */

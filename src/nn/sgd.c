@@ -37,7 +37,7 @@
 
 struct lz_sgd {
     int n;
-    lz_tensor **params;          /* borrowed: they must outlive the optimizer */
+    lz_tensor **params;          /* held (lz_optim_hold_params) */
     lz_tensor **bufs;            /* owned; NULL when momentum == 0 */
     lz_sgd_opts opts;
     lz_tensor *lr, *wd;          /* wd: NULL when weight_decay == 0 */
@@ -67,6 +67,7 @@ void lz_sgd_free(lz_sgd *opt)
     lz_tensor *scalars[] = { opt->lr, opt->wd, opt->mom, opt->damp, opt->one, opt->started, opt->on };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
         lz_free(scalars[i]);
+    lz_optim_drop_params(opt->params, opt->n);
     free(opt->params);
     free(opt->bufs);
     free(opt);
@@ -135,8 +136,12 @@ lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
         lz_sgd_free(opt);
         return lz_errorf("lz_sgd_new: out of memory");
     }
-    for (int i = 0; i < n; i++)
-        opt->params[i] = params[i];
+    if (lz_optim_hold_params("lz_sgd_new", opt->params, params, n) != 0) {
+        free(opt->params);
+        opt->params = NULL;
+        lz_sgd_free(opt);
+        return NULL;
+    }
 
     int failed = !(opt->lr = lz_scalar(o.lr));
     if (o.weight_decay != 0.0f)
@@ -164,6 +169,7 @@ void lz_sgd_set_lr(lz_sgd *opt, float lr)
         lz_errorf("lz_sgd_set_lr: optimizer is NULL");
         return;
     }
+    if (lz_owner_check("lz_sgd_set_lr")) return;
     if (!(lr >= 0.0f) || isinf(lr)) {
         lz_errorf("lz_sgd_set_lr: invalid learning rate %g (the rate stays %g)", (double)lr,
                   (double)opt->opts.lr);
@@ -179,6 +185,7 @@ void lz_sgd_zero_grad(lz_sgd *opt)
         lz_errorf("lz_sgd_zero_grad: optimizer is NULL");
         return;
     }
+    if (lz_owner_check("lz_sgd_zero_grad")) return;
     for (int i = 0; i < opt->n; i++)
         lz_zero_grad(opt->params[i]);
 }

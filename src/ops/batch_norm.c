@@ -180,7 +180,7 @@ lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
     }
     /* Fused whatever the count: with few values per channel the fused
        kernel's error stays within PyTorch's own f32 error over perturbed
-       runs (docs/performance.md, batch norm over few values per channel). */
+       runs (docs/performance.md, "Batch norm over few values per channel"). */
     if (training && fused_on)
         return fused_train(x, weight, bias, running_mean, running_var, momentum, eps, count);
     temps tp = {0};
