@@ -32,6 +32,9 @@ lz_tensor *lz_attention_ex(lz_tensor *q, lz_tensor *k, lz_tensor *v, const lz_at
         return lz_attention(q, k, v, opts->mask, opts->scale);
     lz_tensor *in[3] = {q, k, v};
     if (lz_check_operands("lz_attention_ex", 3, in)) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!lz_require_f32("lz_attention_ex", in[i])) return NULL;
+    if (opts->mask && !lz_require_f32("lz_attention_ex (mask)", opts->mask)) return NULL;
     if (!(opts->dropout_p >= 0.0f && opts->dropout_p < 1.0f))
         return lz_errorf("lz_attention_ex: dropout_p %g is not in [0, 1)", (double)opts->dropout_p);
     if (opts->causal && opts->mask)

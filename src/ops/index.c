@@ -2,6 +2,8 @@
  * (tril/triu and causal attention), cumsum, gather with its scatter-add
  * gradient, index_select and argmax. Indices are data, checked by the
  * kernels when the graph runs. */
+#include <math.h>
+
 #include "autograd/autograd.h"
 #include "base/error.h"
 #include "ops/ops_util.h"
@@ -46,6 +48,14 @@ lz_tensor *lz_tri_mask(lz_tensor *x, int64_t k, int upper, float fill)
     if (lz_check_operands("lz_tri_mask", 1, &x)) return NULL;
     if (!int_or_f32("lz_tri_mask", x)) return NULL;
     if (lz_t_ndim(x) < 2) return lz_errorf("lz_tri_mask: x must be at least 2-d, got %d-d", lz_t_ndim(x));
+    /* an integer tensor's fill must be an integer it can hold (converting
+       -inf or 1e30 to an integer is undefined in C) */
+    if (lz_t_dtype(x) != LZ_F32) {
+        const double lim = lz_t_dtype(x) == LZ_I64 ? 9.2e18 : 2147483647.0;
+        if (!isfinite(fill) || fill != truncf(fill) || fabs((double)fill) > lim)
+            return lz_errorf("lz_tri_mask: fill %g is not a value of %s", (double)fill,
+                             lz_dtype_name(lz_t_dtype(x)));
+    }
     return tri_record(x, k, upper != 0, fill);
 }
 
