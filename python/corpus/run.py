@@ -311,6 +311,24 @@ def run_case(case, timing, reps):
     return row
 
 
+def run_isolated(case, a):
+    """The case in a child process: each case's memory (float64 copies,
+    Inductor's and lazyc's caches) goes back when it ends, and a case that
+    runs out of memory or crashes is that case's row, not the run's end."""
+    import json
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", "--cases", case.name, "--reps", str(a.reps)]
+    if a.no_time:
+        cmd.append("--no-time")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith("ROW "):
+            return json.loads(line[4:])
+    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"case": case.name, "family": case.family, "sgd": "FAIL", "adamw": "FAIL",
+            "error": "the case's process ended with status %d: %s" % (p.returncode, tail[:200])}
+
+
 def fmt(row):
     t = row.get("t")
     tcols = ["", "", "", "", ""]
@@ -336,16 +354,22 @@ def main():
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default="")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)   # a child of run_isolated
     a = ap.parse_args()
     pool = cases("all" if (a.all or a.cases) else "fast")
     if a.cases:
         want = a.cases.split(",")
         pool = [c for c in pool if c.name in want]
+    if a.one:
+        import json
+        row = run_case(pool[0], not a.no_time, a.reps)
+        print("ROW " + json.dumps(row), flush=True)
+        return 0
     print(HEADER, flush=True)
     rows = []
     for c in pool:
         t0 = time.time()
-        row = run_case(c, not a.no_time, a.reps)
+        row = run_isolated(c, a) if len(pool) > 1 else run_case(c, not a.no_time, a.reps)
         rows.append(row)
         print(fmt(row) + "  <!-- %.0f s -->" % (time.time() - t0), flush=True)
     rows_run = [r for r in rows if r.get("sgd") != "skipped"]
