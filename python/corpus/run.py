@@ -276,7 +276,49 @@ def time_case(case, model, x, y, reps):
 MAX_PARAMS = 100e6
 
 
-def run_case(case, timing, reps):
+def compile_case(case, model, x, y):
+    """torch.compile(backend="lazyc") training: lazyc executions in a step
+    after the first (forward and backward of every compiled graph), the
+    ops that fell back to torch, the parameters against eager after 2 SGD
+    steps, and an inference call."""
+    import warnings
+    m1, m2 = copy.deepcopy(model), copy.deepcopy(model)
+    o1 = torch.optim.SGD(m1.parameters(), lr=1e-3, momentum=0.9)
+    o2 = torch.optim.SGD(m2.parameters(), lr=1e-3, momentum=0.9)
+    try:
+        torch._dynamo.reset()
+        from lazyc.torch.dynamo import STATS
+        before = dict(STATS)
+        cm = torch.compile(m2, backend="lazyc")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for i in range(2):
+                lzt.metrics_reset()
+                for m, o in ((m1, o1), (cm, o2)):
+                    o.zero_grad(set_to_none=True)
+                    case.loss(m(x), y).backward()
+                    o.step()
+                execs = lzt.metrics()["executions"]
+            trained = dict(STATS)
+            cm.eval()
+            m1.eval()
+            with torch.no_grad():
+                inf_err = parity.rel_err(cm(x), m1(x))
+        # against the parameters' overall scale: a parameter whose true
+        # gradient is 0 (a key bias, a bias before batch norm) starts at 0
+        # and moves by rounding noise in both runs
+        scale = max(p.abs().max().item() for p in m1.parameters())
+        err = max((q - p).abs().max().item() for p, q in zip(m1.parameters(), m2.parameters())) / scale
+        fb = sorted({str(a.message).split(": ")[-1] for a in w if "eager torch" in str(a.message)})
+        graphs, parts = trained["graphs"] - before["graphs"], trained["parts"] - before["parts"]
+        return "%d exec/step, %d graph%s (%d lazyc part%s), params %.0e, inference %.0e%s" % (
+            execs, graphs, "s" if graphs != 1 else "", parts, "s" if parts != 1 else "", err, inf_err,
+            ("; torch ran " + ", ".join(fb)) if fb else "")
+    except Exception as e:  # noqa: BLE001
+        return "FAIL %s: %s" % (type(e).__name__, str(e).splitlines()[0][:150] if str(e) else "")
+
+
+def run_case(case, timing, reps, compile_check=False):
     row = {"case": case.name, "family": case.family}
     torch.manual_seed(0)
     try:
@@ -303,6 +345,8 @@ def run_case(case, timing, reps):
         except Exception as e:  # noqa: BLE001
             row[opt] = "FAIL"
             row.setdefault("error", "%s: %s: %s" % (opt, type(e).__name__, str(e).splitlines()[0][:300]))
+    if compile_check:
+        row["compile"] = compile_case(case, model, x, y)
     if timing and row.get("sgd") == "pass":
         try:
             row["t"] = time_case(case, model, x, y, reps)
@@ -320,6 +364,8 @@ def run_isolated(case, a):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", "--cases", case.name, "--reps", str(a.reps)]
     if a.no_time:
         cmd.append("--no-time")
+    if a.compile:
+        cmd.append("--compile")
     p = subprocess.run(cmd, capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.startswith("ROW "):
@@ -336,13 +382,15 @@ def fmt(row):
         lz, ea, ind = t
         tcols = ["%.1f" % lz, "%.1f" % ea, "%.1f" % ind if ind == ind else "-",
                  "%.2fx" % (ea / lz), "%.2fx" % (ind / lz) if ind == ind else "-"]
-    return "| %s | %s | %s | %s | %s | %s |" % (
+    return "| %s | %s | %s | %s | %s | %s | %s |" % (
         row["case"], row.get("sgd", "-"), row.get("adamw", "-"), row.get("execs", "-"),
-        " | ".join(tcols), row.get("error", "").replace("|", "/")[:160])
+        " | ".join(tcols), row.get("compile", "").replace("|", "/")[:160],
+        row.get("error", "").replace("|", "/")[:160])
 
 
 HEADER = ("| case | SGD | AdamW | executions/step | lazyc ms | eager ms | Inductor ms | eager/lazyc | "
-          "Inductor/lazyc | note |\n|---|---|---|---|---|---|---|---|---|---|")
+          "Inductor/lazyc | torch.compile(backend=\"lazyc\") | note |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main():
@@ -353,23 +401,26 @@ def main():
     ap.add_argument("--cases", default="")
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--compile", action="store_true",
+                    help="also train each case with torch.compile(backend=\"lazyc\") (--all sets it)")
     ap.add_argument("--out", default="")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)   # a child of run_isolated
     a = ap.parse_args()
     pool = cases("all" if (a.all or a.cases) else "fast")
+    a.compile = a.compile or a.all
     if a.cases:
         want = a.cases.split(",")
         pool = [c for c in pool if c.name in want]
     if a.one:
         import json
-        row = run_case(pool[0], not a.no_time, a.reps)
+        row = run_case(pool[0], not a.no_time, a.reps, a.compile)
         print("ROW " + json.dumps(row), flush=True)
         return 0
     print(HEADER, flush=True)
     rows = []
     for c in pool:
         t0 = time.time()
-        row = run_isolated(c, a) if len(pool) > 1 else run_case(c, not a.no_time, a.reps)
+        row = run_isolated(c, a) if len(pool) > 1 else run_case(c, not a.no_time, a.reps, a.compile)
         rows.append(row)
         print(fmt(row) + "  <!-- %.0f s -->" % (time.time() - t0), flush=True)
     rows_run = [r for r in rows if r.get("sgd") != "skipped"]

@@ -223,6 +223,11 @@ def _partition(gm):
     return fused, fallback
 
 
+# compiled graphs and the lazyc parts they were cut into, since import
+# (the corpus reports executions per part)
+STATS = {"graphs": 0, "parts": 0}
+
+
 def lazyc_backend(gm, example_inputs, **kwargs):
     """The "lazyc" torch.compile backend."""
     from torch.func import functionalize
@@ -261,6 +266,8 @@ def lazyc_backend(gm, example_inputs, **kwargs):
                           record_stack_traces=True)(*ts, *ex)
     fused, fallback = _partition(aten_gm)
     parts = [m for m in fused.modules() if isinstance(m, _PartModule)]
+    STATS["graphs"] += 1
+    STATS["parts"] += len(parts)
     if fallback:
         warnings.warn("lazyc: these ops run in eager torch between lazyc's executions (no lowering): %s"
                       % ", ".join(fallback), stacklevel=2)
