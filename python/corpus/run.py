@@ -225,7 +225,11 @@ def cases(which):
         Case("hf_t5", lambda: hf("t5", False), tokens(32128), ce_seq, family="hf"),
         Case("hf_vit", lambda: hf("vit", False), images(224, b=2), family="hf"),
     ]
-    return c + timm_cases() + torchvision_cases()
+    # the torchvision models the issue names first, then timm, then the rest
+    tv = torchvision_cases()
+    first = ("tv_efficientnet_b0", "tv_convnext_tiny", "tv_swin_t", "tv_resnet18", "tv_mobilenet_v3_large")
+    tv = sorted(tv, key=lambda k: (first.index(k.name) if k.name in first else len(first)))
+    return c + tv[:len(first)] + timm_cases() + tv[len(first):]
 
 
 # ---- running a case ---------------------------------------------------------------
