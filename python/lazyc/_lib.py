@@ -157,6 +157,8 @@ _SIGS = {
     "lz_clip_grad_norm": (T, [ctypes.POINTER(T), ctypes.c_int, ctypes.c_float]),
     "lz_zero_grad": (None, [T]),
     "lz_rand": (T, [ctypes.c_int, i64p]),
+    "lz_rms_norm": (T, [T, ctypes.c_int, T, ctypes.c_float]),
+    "lz_group_norm": (T, [T, ctypes.c_int, T, T, ctypes.c_float]),
     "lz_autocast_begin": (ctypes.c_int, [ctypes.c_int]),
     "lz_autocast_end": (ctypes.c_int, []),
     "lz_metrics_get": (Metrics, []),
