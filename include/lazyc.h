@@ -31,7 +31,7 @@ extern "C" {
 
 /* LZ_API marks the library's public functions: liblazyc.so is built with
    hidden visibility and exports exactly the functions so marked in the
-   installed headers (lazyc.h, lazyc_nn.h). */
+   installed headers (lazyc.h, lazyc_nn.h, lazyc_optim.h). */
 #if defined(_WIN32) && defined(LZ_SHARED)
 #  ifdef LZ_BUILD
 #    define LZ_API __declspec(dllexport)
@@ -287,6 +287,10 @@ LZ_API void       lz_no_grad_begin(void);
 LZ_API void       lz_no_grad_end(void);
 
 /* ---- optimizers ------------------------------------------------------ */
+
+/* Each optimizer's own calls. One interface over all of them (a training
+   loop that names its optimizer once; a new optimizer in one file) is
+   lz_optimizer in lazyc_optim.h, made from these options structs. */
 
 /* Options fields: a zero field means PyTorch's default, named per field
    below. Where 0 is also a value someone may want and differs from the

@@ -1,5 +1,6 @@
-/* What the optimizers' constructors share: reading an options field whose
- * zero means torch's default, and checking the parameter list. */
+/* What the optimizers' base (nn/optimizer.c) and the schedules build on:
+ * reading an options field whose zero means torch's default, checking and
+ * holding the parameter list, and undoing a step that failed part-way. */
 #ifndef LZ_OPTIM_OPTS_H
 #define LZ_OPTIM_OPTS_H
 
@@ -33,11 +34,10 @@ typedef struct lz_optim_undo {
     struct lz_node **node;
 } lz_optim_undo;
 
-/* Records the n tensors of groups[0..k) (each an array of n_each, NULL
-   arrays skipped) and single (may be NULL). -1 and an error when out of
-   memory (nothing recorded). */
-int  lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor **const *groups, int k,
-                         int n_each, lz_tensor *single);
+/* Records the tensors of a[0..na) and b[0..nb). -1 and an error naming
+   fn when out of memory (nothing recorded). */
+int  lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor *const *a, int na,
+                         lz_tensor *const *b, int nb);
 /* rc != 0: every tensor gets its recorded value back. Frees u; returns rc. */
 int  lz_optim_undo_end(lz_optim_undo *u, int rc);
 
