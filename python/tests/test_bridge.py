@@ -134,6 +134,8 @@ OP_CASES = [
      + a.clamp_max(0.2), (r(4, 5), r(4, 5))),
     ("ne logical", lambda a, b: ((a > 0) & (b > 0) | ~(a < b)).float() + (a != b).float(), (r(4, 5), r(4, 5))),
     ("int compare cast", lambda n: ((n > 2) & (n != 4)).long() * 3 + (n == 1).int(), (torch.arange(6),)),
+    ("nll_loss any log-probs", lambda a, t, w: F.nll_loss(a, t) + F.nll_loss(a.tanh(), t, weight=w, ignore_index=2)
+     + F.nll_loss(a, t, reduction="none").sum(), (r(4, 6), torch.tensor([0, 2, 5, 2]), torch.rand(6) + 0.5)),
     ("cumsum int cumsum", lambda a, n: a.cumsum(1) + n.cumsum(0).float(), (r(3, 5), torch.arange(5))),
     ("gather index_select", lambda a, i: torch.gather(a, 1, i) .sum(1).sum() + a.index_select(1, i[0]).sum(0),
      (r(3, 5), torch.tensor([[0, 4], [2, 2], [1, 3]]))),
@@ -430,7 +432,7 @@ def test_arguments_not_implemented_raise_up_front():
         ("scale_grad_by_freq", lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
          (r(5, 3), torch.tensor([1, 2]))),
         ("dilation", lambda x: F.max_pool2d(x, 2, dilation=2), (r(1, 2, 6, 6),)),
-        ("nll_loss", lambda a, t: F.nll_loss(a, t), (r(4, 6), torch.tensor([0, 1, 2, 3]))),
+        ("nll_loss", lambda a, t: F.nll_loss(a, t), (r(2, 6, 2), torch.tensor([[0, 1], [2, 3]]))),
         ("integer division", lambda n: n // 2 + torch.div(n, 3, rounding_mode="floor"), (torch.arange(4),)),
         ("float64", lambda a: a.double().sum(), (r(3),)),
     ]

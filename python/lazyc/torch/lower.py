@@ -800,17 +800,35 @@ def _log_softmax_source(node):
 
 
 def _nll_check(node):
-    if _log_softmax_source(node) is None:
-        return "lowered only as cross entropy: log_softmax over the classes of [N, C] logits"
+    if len(_val(node.args[0]).shape) != 2:
+        return "only [N, C] inputs (not [N, C, d...])"
     return None
 
 
 @lowers(aten.nll_loss_forward.default, args=ALL, check=_nll_check)
 def _nll(cx, node, logp, target, weight=None, reduction=1, ignore_index=-100):
-    logits = cx.env[_log_softmax_source(node)]
-    o = CrossEntropyOpts(weight=weight, ignore_index=int(ignore_index), use_ignore_index=1,
-                         label_smoothing=0.0, reduction={0: 2, 1: 0, 2: 1}[int(reduction)])
-    return (cx.op("lz_cross_entropy_ex", logits, target, ctypes.byref(o)), None)
+    src = _log_softmax_source(node)
+    if src is not None:
+        # F.cross_entropy: one fused op from the logits
+        o = CrossEntropyOpts(weight=weight, ignore_index=int(ignore_index), use_ignore_index=1,
+                             label_smoothing=0.0, reduction={0: 2, 1: 0, 2: 1}[int(reduction)])
+        return (cx.op("lz_cross_entropy_ex", cx.env[src], target, ctypes.byref(o)), None)
+    # nll_loss of any log-probabilities: -logp[i, t_i] * w[t_i], rows whose
+    # target is ignore_index left out (and of the mean's denominator)
+    n = lib.lz_dim(logp, 0)
+    dt = _lz_dtype(target)
+    valid = cx.op("lz_ne", target, _as(cx, ignore_index, dt))
+    safe = cx.op("lz_where", valid, target, _as(cx, 0, dt))
+    picked = cx.op("lz_gather", logp, 1, cx.op("lz_reshape", safe, 2, shape_arg([n, 1])))
+    picked = cx.op("lz_reshape", picked, 1, shape_arg([n]))
+    wt = valid if weight is None else cx.op("lz_mul", cx.op("lz_index_select", weight, 0, safe), valid)
+    rows = cx.op("lz_neg", cx.op("lz_mul", picked, wt))
+    if reduction == 0:
+        return (rows, None)
+    total = cx.op("lz_sum", rows)
+    if reduction == 2:
+        return (total, None)
+    return (cx.op("lz_div", total, cx.op("lz_sum", wt)), None)
 
 
 @lowers(aten.mse_loss.default, args=ALL)
