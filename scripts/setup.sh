@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential gcc cmake pkg-config   # toolchain
+  ninja-build                            # pip install ./python's CMake build (else pip fetches Ninja from PyPI)
   libdnnl-dev zlib1g-dev                 # oneDNN 2.x kernels, gzipped data sets
   python3-torch python3-torchvision      # PyTorch reference for parity tests
   python3-venv                           # virtual environments for the PyTorch bridge (scripts/pyenv.sh)

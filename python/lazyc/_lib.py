@@ -1,8 +1,14 @@
 """ctypes bindings of liblazyc.so: the C API of include/lazyc.h that the
-bridge uses, with argument and result types declared once here."""
+bridge uses, with argument and result types declared once here
+(python/tests/test_sigs.py checks each against the header).
+
+The library is loaded on first use, from the first of: LAZYC_LIB (alone,
+when set); the copy the wheel carries (lazyc/lib/liblazyc.so); a source
+checkout's build*/liblazyc.so; the dynamic loader's liblazyc.so."""
 import ctypes
 import ctypes.util
 import os
+import threading
 
 F32, I64, I32, BF16 = 0, 1, 2, 3  # lz_dtype
 MAX_DIMS = 8
@@ -166,13 +172,19 @@ _SIGS = {
 }
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# where the wheel puts the library it built (python/pyproject.toml)
+BUNDLED = os.path.join(_HERE, "lib", "liblazyc.so")
+
+
 def _candidates():
+    """The places to load liblazyc.so from, in order, and whether they come
+    from LAZYC_LIB (which, when set, is the only one)."""
     env = os.environ.get("LAZYC_LIB")
     if env:
         return [env], True
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(here))          # python/lazyc -> repository root
-    c = []
+    c = [BUNDLED]
+    repo = os.path.dirname(os.path.dirname(_HERE))          # python/lazyc -> repository root
     if os.path.isfile(os.path.join(repo, "include", "lazyc.h")):
         try:
             builds = sorted(d for d in os.listdir(repo) if d.startswith("build"))
@@ -186,29 +198,11 @@ def _candidates():
 
 
 class LazycNotFound(ImportError):
-    pass
+    """No loadable liblazyc.so: raised by the first use of the library
+    (importing the package loads nothing)."""
 
 
-class _Library:
-    """liblazyc's functions with their declared signatures only: ctypes
-    would call an undeclared one as returning a C int, cutting a tensor
-    pointer to 32 bits (a crash, or another tensor, once the heap is above
-    2 GiB), so a name missing from _SIGS is an AttributeError instead."""
-
-    def __init__(self, cdll, path):
-        self.path = path
-        for name, (res, args) in _SIGS.items():
-            fn = getattr(cdll, name)
-            fn.restype = res
-            if args is not None:
-                fn.argtypes = args
-            setattr(self, name, fn)
-
-    def __getattr__(self, name):
-        raise AttributeError("lazyc: %s has no declared signature in lazyc/_lib.py (_SIGS)" % name)
-
-
-def load():
+def _open():
     cands, from_env = _candidates()
     tried = []
     for path in cands:
@@ -220,13 +214,70 @@ def load():
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
-        return _Library(cdll, path)
+        return cdll, path
     hint = ("LAZYC_LIB is set but does not name a loadable liblazyc.so" if from_env else
-            "build lazyc (cmake --build build) or install it, or set LAZYC_LIB=/path/to/liblazyc.so")
+            "pip install ./python builds one into the package; or build lazyc (cmake --build build) "
+            "or install it, or set LAZYC_LIB=/path/to/liblazyc.so")
     raise LazycNotFound("lazyc: liblazyc.so not found: %s; tried %s" % (hint, "; ".join(tried)))
 
 
-lib = load()
+class _Library:
+    """liblazyc's functions with their declared signatures only: ctypes
+    would call an undeclared one as returning a C int, cutting a tensor
+    pointer to 32 bits (a crash, or another tensor, once the heap is above
+    2 GiB), so a name missing from _SIGS is an AttributeError instead.
+
+    Loaded on first use: the first attribute read (lib.lz_add, lib.path)
+    opens the library and binds every function of _SIGS as an attribute
+    of the object, so later reads are plain attribute reads."""
+
+    def __init__(self):
+        self.__dict__["_loaded"] = False
+
+    def _load(self):
+        with _LOCK:
+            if self._loaded:
+                return
+            cdll, path = _open()
+            fns = {}
+            for name, (res, args) in _SIGS.items():
+                try:
+                    fn = getattr(cdll, name)
+                except AttributeError:
+                    raise LazycNotFound("lazyc: %s has no function %s (a library older than the "
+                                        "package?)" % (path, name)) from None
+                fn.restype = res
+                if args is not None:
+                    fn.argtypes = args
+                fns[name] = fn
+            self.__dict__.update(fns)
+            self.__dict__["path"] = path
+            self.__dict__["_loaded"] = True
+
+    def __getattr__(self, name):
+        if not self._loaded and not name.startswith("__"):
+            self._load()
+            return getattr(self, name)
+        raise AttributeError("lazyc: %s has no declared signature in lazyc/_lib.py (_SIGS)" % name)
+
+    def __repr__(self):
+        return "<lazyc library %s>" % (self.__dict__["path"] if self._loaded else "(not loaded yet)")
+
+
+_LOCK = threading.Lock()
+lib = _Library()
+
+
+def load():
+    """Loads liblazyc.so now (it is loaded on first use anyway); LazycNotFound
+    names every place tried when there is none."""
+    lib._load()
+    return lib
+
+
+def library_path():
+    """The path of the liblazyc.so in use (loading it first)."""
+    return load().path
 
 
 def error(what):

@@ -813,6 +813,9 @@ def _compile_parity(m1, x, y, loss_fn=parity.loss_ce, steps=3, want_execs=2):
     and the lazyc warnings."""
     m2, m64 = copy.deepcopy(m1), copy.deepcopy(m1).double()
     torch._dynamo.reset()
+    assert "lazyc" in torch._dynamo.list_backends(), (
+        "torch.compile has no backend \"lazyc\": the installed package's entry point names it "
+        "(tests/test_bridge.sh puts an installed copy on PYTHONPATH)")
     cm = torch.compile(m2, backend="lazyc")
     o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
     o64 = parity.make_opt("sgd", m64.parameters())
@@ -898,12 +901,32 @@ def test_only_declared_functions():
 
 
 def test_missing_library_message():
+    """A LAZYC_LIB naming nothing: import lazyc still works (it loads
+    nothing), the first use is an error naming the path."""
     env = dict(os.environ, LAZYC_LIB="/nonexistent/liblazyc.so")
-    p = subprocess.run([sys.executable, "-c", "import lazyc"], env=env, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", "import lazyc, lazyc.torch\n"
+                        "assert 'liblazyc' not in open('/proc/self/maps').read()\n"
+                        "print('imported')\n"
+                        "lazyc.lib.lz_version()"], env=env, capture_output=True, text=True,
                        cwd=os.path.join(parity.REPO, "python"))
-    assert p.returncode != 0
+    assert p.returncode != 0 and p.stdout.strip() == "imported", (p.stdout, p.stderr)
     last = p.stderr.strip().splitlines()[-1]
-    assert "liblazyc.so not found" in last and "LAZYC_LIB" in last, p.stderr
+    assert "LazycNotFound" in last and "liblazyc.so not found" in last and "LAZYC_LIB" in last, p.stderr
+    assert "/nonexistent/liblazyc.so" in last, last
+
+
+def test_lazy_load():
+    """import lazyc and lazyc.torch load no library; the first use loads the
+    one LAZYC_LIB names (when set); lazyc.__version__ (include/lazyc.h's,
+    read without the library) is the library's."""
+    p = subprocess.run([sys.executable, "-c", "import os, lazyc, lazyc.torch\n"
+                        "maps = lambda: open('/proc/self/maps').read()\n"
+                        "assert 'liblazyc' not in maps()\n"
+                        "assert lazyc.library_path() == os.environ.get('LAZYC_LIB', lazyc.library_path())\n"
+                        "assert 'liblazyc' in maps()\n"
+                        "assert lazyc.lib.lz_version().decode() == lazyc.__version__\n"],
+                       capture_output=True, text=True, cwd=os.path.join(parity.REPO, "python"))
+    assert p.returncode == 0, p.stderr
 
 
 def main():

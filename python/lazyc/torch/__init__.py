@@ -5,12 +5,15 @@
     loss = step(x, y)              # a float
     lzt.sync(model, optimizer)     # lazyc's parameters, buffers, optimizer state -> torch
     lzt.metrics(); lzt.metrics_reset()
-    torch.compile(model, backend="lazyc")
+    torch.compile(model, backend="lazyc")   # the installed package's entry point
+
+The backend "lazyc" is registered by the package's torch_dynamo_backends
+entry point alone (python/pyproject.toml): Dynamo imports lazyc.torch.dynamo
+when a model is first compiled with it; importing lazyc.torch registers
+nothing.
 """
 from .._lib import metrics, metrics_reset  # noqa: F401
 from .lower import Unsupported  # noqa: F401
 from .step import train_step, sync, install_clip_warnings  # noqa: F401
-from . import dynamo as _dynamo
 
-_dynamo.register()
 install_clip_warnings()

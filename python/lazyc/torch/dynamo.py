@@ -276,9 +276,3 @@ def lazyc_backend(gm, example_inputs, **kwargs):
     def run(*args):
         return fused(*owned(), *args)
     return run
-
-
-def register():
-    from torch._dynamo.backends.registry import register_backend, _BACKENDS
-    if "lazyc" not in _BACKENDS:
-        register_backend(name="lazyc", compiler_fn=lazyc_backend)
