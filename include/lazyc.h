@@ -62,13 +62,26 @@ typedef struct lz_params lz_params; /* named tensors: a model's parameters and b
    even), from the host, from safetensors, or from an autocast region. */
 typedef enum { LZ_F32, LZ_I64, LZ_I32, LZ_BF16 } lz_dtype;
 
+/* ---- device: where tensors live (before the first tensor) ------------ */
+
+/* Makes name the device every tensor lives on: "cpu" (built in), or NAME
+   for the backend in liblazyc_NAME.so, loaded now from beside the library
+   (or the program) or where the dynamic loader looks. Call it before the
+   first tensor (LZ_DEVICE chooses otherwise; "cpu" by default). 0, or -1
+   and an error naming why: unknown name, lazyc built without it, no
+   device present, tensors already made on another device. */
+LZ_API int         lz_device_use(const char *name);
+/* The device tensors live on, or (before the first tensor) will. */
+LZ_API const char *lz_device_name(void);
+
 /* ---- tensors -------------------------------------------------------- */
 
 /* Copies data (row-major) to a new device buffer: a data leaf. */
 LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
 LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
-/* f32 data drawn on the host, in parallel, from a counter-based generator:
-   element i depends on (seed, i) alone, never on the thread count. dist 0:
+/* f32 data drawn on the device (on the CPU in parallel) from a
+   counter-based generator: element i depends on (seed, i) alone, never on
+   the thread count or the device. dist 0:
    uniform in [a, b) (24 random bits; f32 rounding may give b); dist 1:
    normal with mean a and standard deviation b (|x - a| <= 5.77 b). The
    initialisers of lazyc_nn.h use it; lz_rand draws in the graph instead. */
@@ -514,6 +527,11 @@ typedef struct lz_metrics {
     int64_t kernels;         /* kernel launches (program steps) of the executions enqueued */
     int64_t in_place_writes; /* results written over the buffer of the value they replace
                                 (a parameter, optimizer state, a remade gradient) */
+    /* bytes moved between host and device memory, each way: tensors made
+       from host data and read back, the library's own reads (a capture's
+       constants); not fills (lz_zeros, lz_full, lz_from_random run on the
+       device) */
+    int64_t bytes_to_device, bytes_from_device;
 } lz_metrics;
 LZ_API lz_metrics lz_metrics_get(void);
 LZ_API void       lz_metrics_reset(void);

@@ -24,7 +24,8 @@ typedef struct { const char *name, *good, *bad; int driven; } case_values;
 /* A non-default accepted value and a refused one (NULL for text) for every
    variable in the table, in the table's order. */
 static const case_values cases[] = {
-    {"LZ_EAGER", "1", "yes", 1},          {"LZ_FUSION", "0", "off", 1},
+    {"LZ_EAGER", "1", "yes", 1},          {"LZ_DEVICE", "cpu", NULL, 1},
+    {"LZ_FUSION", "0", "off", 1},
     {"LZ_BLOCKED", "0", "2", 1},          {"LZ_WINOGRAD", "0", " 0", 1},
     {"LZ_DNNL_CONV", "tune", "3", 1},     {"LZ_CONV_CACHE", "0", "no", 0},
     {"LZ_DETERMINISTIC", "1", "true", 1}, {"LZ_CACHE_CAPACITY", "2", "0", 1},

@@ -27,7 +27,8 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: lazyc bench [--size smoke|bench] [--models a,b,...]\n"
             "                   [--modes eager,lazy,captured,torch] [--steps N] [--warmup N]\n"
-            "                   [--out DIR] [--json] [--profile[-steps]] [--dtype f32|bf16]\n\n"
+            "                   [--out DIR] [--json] [--profile[-steps]] [--dtype f32|bf16]\n"
+            "                   [--device NAME]\n\n"
             "Times one training step (forward, cross-entropy, backward, SGD lr 0.01\n"
             "momentum 0.9) of each model in lazyc's eager, lazy and captured modes and\n"
             "in PyTorch eager (when /usr/bin/python3 has torch and torchvision), in the\n"
@@ -45,6 +46,7 @@ static void bench_usage(FILE *f)
             "  --dtype D    f32 (default) or bf16: every step's forward and loss under\n"
             "               lz_autocast_begin(LZ_BF16), PyTorch's under torch.autocast(\"cpu\",\n"
             "               bfloat16); %% peak is then of a bf16 GEMM measured in this run\n"
+            "  --device NAME  the device lazyc's modes run on (default LZ_DEVICE, else cpu)\n"
             "  --profile    after each model, the captured mode's kernel time by op\n"
             "               (lz_profile_read) on stderr\n"
             "  --profile-steps  --profile, then the 25 slowest step shapes: ms a step,\n"
@@ -169,7 +171,7 @@ int lz_cmd_bench(int argc, char **argv)
         }
         if (strcmp(a, "--size") && strcmp(a, "--models") && strcmp(a, "--modes") &&
             strcmp(a, "--steps") && strcmp(a, "--warmup") && strcmp(a, "--out") &&
-            strcmp(a, "--dtype"))
+            strcmp(a, "--dtype") && strcmp(a, "--device"))
             return usage_error("unknown option '%s'", a);
         if (!val)
             return usage_error("%s needs a value", a);
@@ -181,6 +183,9 @@ int lz_cmd_bench(int argc, char **argv)
         } else if (strcmp(a, "--dtype") == 0) {
             if (bench_parse_dtype(val, &o.bf16) != 0)
                 return usage_error("--dtype is f32 or bf16, not '%s'", val);
+        } else if (strcmp(a, "--device") == 0) {
+            if (lz_cli_device("bench", val) != 0)
+                return LZ_CLI_USAGE_ERROR;
         } else if (strcmp(a, "--models") == 0) {
             model_list = argv[i];
         } else if (strcmp(a, "--modes") == 0) {
@@ -248,8 +253,8 @@ int lz_cmd_bench(int argc, char **argv)
         fprintf(stderr, "lazyc bench: out of memory\n");
         return 1;
     }
-    fprintf(stderr, "lazyc bench --size %s: %d models, median of %ld steps after %ld warm-up\n",
-            o.size, n_models, o.steps, o.warmup);
+    fprintf(stderr, "lazyc bench --size %s: %d models on %s, median of %ld steps after %ld warm-up\n",
+            o.size, n_models, lz_device_name(), o.steps, o.warmup);
     fprintf(stderr, "measuring the fp32 peak (sgemm 2048^3)...\n");
     t.peak_gflops = bench_peak_gflops();
     fprintf(stderr, "fp32 peak: %.1f GFLOP/s\n", t.peak_gflops);

@@ -21,6 +21,7 @@
 
 #define LZ_SETTINGS(X) \
     X(EAGER,          BOOL,   "0",    0, 1, NULL, "1: every op executes as soon as it is recorded (lz_set_eager overrides)") \
+    X(DEVICE,         TEXT,   "cpu",  0, 0, NULL, "the device tensors live on: cpu, or NAME for a backend loaded from liblazyc_NAME.so (lz_device_use overrides, before the first tensor)") \
     X(FUSION,         BOOL,   "1",    0, 1, NULL, "0: no fusion of element-wise chains and batch norm with its activation") \
     X(BLOCKED,        CHOICE, "1",    0, 0, "0|1|nhwc", "layouts between oneDNN convolutions: 0 plain, 1 the backend's (channel blocks; channels-last for bf16 on AMX), nhwc: channels-last everywhere") \
     X(WINOGRAD,       BOOL,   "1",    0, 1, NULL, "0: no 3x3 convolution by Winograd's algorithm (direct kernels only)") \

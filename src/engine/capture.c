@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/buffer.h"
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/metrics.h"
@@ -588,10 +590,14 @@ static void warn_host_values(lz_fn *f, const trace *tr)
         if (!hn) continue;
         const lz_node *nd = hn->t->node;
         char shape[96], val[64] = "";
-        if (lz_node_numel(nd) == 1 && hn->buf->data) {
-            if (nd->dtype == LZ_F32) snprintf(val, sizeof val, " = %g", (double)*(const float *)hn->buf->data);
-            else if (nd->dtype == LZ_I64) snprintf(val, sizeof val, " = %" PRId64, *(const int64_t *)hn->buf->data);
-            else snprintf(val, sizeof val, " = %" PRId32, *(const int32_t *)hn->buf->data);
+        /* made from host data: nothing to wait for, read from the device */
+        union { float f; int64_t i64; int32_t i32; uint16_t bf16; } v;
+        if (lz_node_numel(nd) == 1 && !hn->buf->error &&
+            lz_buffer_read("lz_call", hn->buf, &v, lz_dtype_size((lz_dtype)nd->dtype)) == 0) {
+            if (nd->dtype == LZ_F32) snprintf(val, sizeof val, " = %g", (double)v.f);
+            else if (nd->dtype == LZ_I64) snprintf(val, sizeof val, " = %" PRId64, v.i64);
+            else if (nd->dtype == LZ_BF16) snprintf(val, sizeof val, " = %g", (double)lz_bf16_to_f32(v.bf16));
+            else snprintf(val, sizeof val, " = %" PRId32, v.i32);
         }
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s %s%s", n ? ", " : "", hn->op,
@@ -620,24 +626,41 @@ static int compare_capture(const trace *tr, const lz_graph *g)
     for (int i = 0; i < g->n_inputs && i < tr->n_slots; i++) {
         if (tr->slots[i].kind != SRC_CONST) continue;
         const lz_buffer *old = tr->slots[i].buf, *now = g->inputs[i]->buf;
-        if (old->nbytes != now->nbytes || !old->data || !now->data ||
-            memcmp(old->data, now->data, old->nbytes) == 0)
+        if (old->nbytes != now->nbytes || old->error || now->error) continue;
+        /* both made from host data: read them back from the device */
+        char *host = lz_host_malloc(2 * old->nbytes + 1);
+        if (!host)
+            return lz_errorf_int("lz_call: LZ_CAPTURE_CHECK: out of memory reading constant input %d "
+                                 "(%zu bytes) to compare it", i, old->nbytes);
+        const char *was = host, *is = host + old->nbytes;
+        if (lz_buffer_read("lz_call", old, host, old->nbytes) ||
+            lz_buffer_read("lz_call", now, host + old->nbytes, old->nbytes)) {
+            free(host);
+            return -1;
+        }
+        if (memcmp(was, is, old->nbytes) == 0) {
+            free(host);
             continue;
+        }
         const lz_node *n = g->inputs[i];
         size_t es = lz_dtype_size((lz_dtype)n->dtype), e = 0;
-        while (e * es < old->nbytes && !memcmp((const char *)old->data + e * es, (const char *)now->data + e * es, es)) e++;
+        while (e * es < old->nbytes && !memcmp(was + e * es, is + e * es, es)) e++;
         char shape[96], ov[48], nv[48];
-        const char *od = (const char *)old->data + e * es, *ndt = (const char *)now->data + e * es;
+        const char *od = was + e * es, *ndt = is + e * es;
         if (n->dtype == LZ_F32) {
             snprintf(ov, sizeof ov, "%.9g", (double)*(const float *)od);
             snprintf(nv, sizeof nv, "%.9g", (double)*(const float *)ndt);
         } else if (n->dtype == LZ_I64) {
             snprintf(ov, sizeof ov, "%" PRId64, *(const int64_t *)od);
             snprintf(nv, sizeof nv, "%" PRId64, *(const int64_t *)ndt);
+        } else if (n->dtype == LZ_BF16) {
+            snprintf(ov, sizeof ov, "%.9g", (double)lz_bf16_to_f32(*(const uint16_t *)od));
+            snprintf(nv, sizeof nv, "%.9g", (double)lz_bf16_to_f32(*(const uint16_t *)ndt));
         } else {
             snprintf(ov, sizeof ov, "%" PRId32, *(const int32_t *)od);
             snprintf(nv, sizeof nv, "%" PRId32, *(const int32_t *)ndt);
         }
+        free(host);
         return lz_errorf_int("lz_call: LZ_CAPTURE_CHECK: constant input %d (%s %s, made from host memory "
                              "inside the step function) changed since the capture: element %zu was %s, "
                              "is now %s", i, lz_shape_str(shape, n->ndim, n->shape),

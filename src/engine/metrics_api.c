@@ -58,14 +58,17 @@ char *lz_metrics_report(void)
              "  wait_ms               %.3f\n"
              "  flops                 %.4g\n"
              "  kernels               %lld\n"
-             "  in_place_writes       %lld\n",
+             "  in_place_writes       %lld\n"
+             "  bytes_to_device       %lld\n"
+             "  bytes_from_device     %lld\n",
              (long long)m.mark_steps, (long long)m.graphs, (long long)m.executions,
              (long long)m.compiles, (long long)m.cache_hits, (long long)m.ir_nodes,
              (long long)m.transfers_to_device, (long long)m.transfers_from_device,
              (long long)m.host_waits, (long long)m.capture_replays,
              (long long)m.capture_fallbacks, (long long)m.peak_bytes,
              m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms, m.flops,
-             (long long)m.kernels, (long long)m.in_place_writes);
+             (long long)m.kernels, (long long)m.in_place_writes, (long long)m.bytes_to_device,
+             (long long)m.bytes_from_device);
     /* why the compiles above happened, most frequent first */
     k += snprintf(s + k, CAP - (size_t)k, "  compile causes       ");
     int done[LZ_CAUSE_COUNT] = {0}, listed = 0;
