@@ -164,10 +164,28 @@ static void *executor_main(void *arg)
     return NULL;
 }
 
+/* A program that returns from main with executions in flight (it never
+   waited) exits while the executor thread runs them, and exit() runs the
+   libraries' destructors under it: oneDNN's kernels are static objects, and
+   a product running on them crashed (test_exit_in_flight). So exit first
+   lets the queue drain. Not on the executor thread itself (a kernel that
+   exits would wait for its own job). */
+static void drain_at_exit(void)
+{
+    if (!running || pthread_equal(pthread_self(), thread)) return;
+    pthread_mutex_lock(&mu);
+    awaiting_all = 1;
+    while (in_flight) pthread_cond_wait(&done_cv, &mu);
+    awaiting_all = 0;
+    pthread_mutex_unlock(&mu);
+}
+
 /* Joinable, not detached: lz_executor_shutdown joins it, so its stack and
    the OpenMP team it leads are released with it. */
 static void start_executor(void)
 {
+    static int at_exit;
+    if (!at_exit) at_exit = atexit(drain_at_exit) == 0;
     lz_omp_quiet_start();
     running = pthread_create(&thread, NULL, executor_main, NULL) == 0;
 }
