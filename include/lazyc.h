@@ -31,7 +31,7 @@ extern "C" {
 
 /* LZ_API marks the library's public functions: liblazyc.so is built with
    hidden visibility and exports exactly the functions so marked in the
-   installed headers (lazyc.h, lazyc_nn.h). */
+   installed headers (lazyc.h, lazyc_nn.h, lazyc_optim.h). */
 #if defined(_WIN32) && defined(LZ_SHARED)
 #  ifdef LZ_BUILD
 #    define LZ_API __declspec(dllexport)
@@ -79,14 +79,30 @@ LZ_API const char *lz_device_name(void);
 /* Copies data (row-major) to a new device buffer: a data leaf. */
 LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
 LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
+/* lz_from_random's distributions (the int it takes). */
+typedef enum { LZ_RANDOM_UNIFORM = 0, LZ_RANDOM_NORMAL = 1 } lz_random_dist;
 /* f32 data drawn on the device (on the CPU in parallel) from a
    counter-based generator: element i depends on (seed, i) alone, never on
-   the thread count or the device. dist 0:
-   uniform in [a, b) (24 random bits; f32 rounding may give b); dist 1:
+   the thread count or the device. dist LZ_RANDOM_UNIFORM: uniform in
+   [a, b) (24 random bits; f32 rounding may give b); LZ_RANDOM_NORMAL:
    normal with mean a and standard deviation b (|x - a| <= 5.77 b). The
    initialisers of lazyc_nn.h use it; lz_rand draws in the graph instead. */
 LZ_API lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim,
                                  const int64_t *shape);
+/* lz_from_random's fill with named fields. Zero fields are torch's
+   defaults; LZ_OPT_ZERO gives an exact 0. A field of the other
+   distribution is an error, not ignored. */
+typedef struct lz_random_opts {
+    uint64_t       seed;
+    lz_random_dist dist;        /* 0: LZ_RANDOM_UNIFORM */
+    float          low, high;   /* uniform in [low, high); high 0: 1 (torch.rand's [0, 1)),
+                                   LZ_OPT_ZERO: 0; finite, low <= high */
+    float          mean, std;   /* normal; std 0: 1 (torch.randn's), LZ_OPT_ZERO: 0;
+                                   finite, std >= 0 */
+} lz_random_opts;
+/* The same values to the bit as lz_from_random with those numbers;
+   errors name lz_from_random_opt. */
+LZ_API lz_tensor *lz_from_random_opt(int ndim, const int64_t *shape, lz_random_opts opts);
 /* A tensor filled with value, as data (never a constant in the graph). */
 LZ_API lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
 /* 0-d f32 data: a new value never recompiles a lazy step. Made inside a
@@ -235,6 +251,18 @@ LZ_API lz_tensor *lz_adaptive_avg_pool2d(lz_tensor *x, int out_h, int out_w);
 LZ_API lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
                                 lz_tensor *running_mean, lz_tensor *running_var,
                                 int training, float momentum, float eps);
+/* Batch norm's settings, as the other layers take theirs. Zero fields are
+   nn.BatchNorm2d's defaults; LZ_OPT_ZERO gives an exact 0. */
+typedef struct lz_batch_norm_opts {
+    int   training;   /* 1: batch statistics, running ones updated; 0: eval */
+    float momentum;   /* 0: 0.1 (torch's default), LZ_OPT_ZERO: 0; in [0, 1] */
+    float eps;        /* 0: 1e-5 (torch's default), LZ_OPT_ZERO: 0; finite, >= 0 */
+} lz_batch_norm_opts;
+/* lz_batch_norm with an options struct: the same op to the bit; errors
+   name lz_batch_norm_opt. */
+LZ_API lz_tensor *lz_batch_norm_opt(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
+                                    lz_tensor *running_mean, lz_tensor *running_var,
+                                    lz_batch_norm_opts opts);
 /* Normalises over the last n_axes axes; weight/bias (that shape) may be NULL. */
 LZ_API lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor *bias, float eps);
 /* weight [V, D], indices i64/i32 of any shape -> [..., D]. */
@@ -287,6 +315,10 @@ LZ_API void       lz_requires_grad(lz_tensor *t, int on);
    grad; loss must have one element. Frees the recorded graph. */
 LZ_API int        lz_backward(lz_tensor *loss);
 LZ_API lz_tensor *lz_grad(lz_tensor *t);                  /* borrowed; NULL if none */
+/* A new tensor holding x's current value with no autograd record and no
+   requires-grad flag (torch's x.detach()): no gradient flows back through
+   it. Shares x's value without a copy; a later lz_assign to x leaves it. */
+LZ_API lz_tensor *lz_detach(lz_tensor *x);
 /* Drops t's grad, so the next backward starts from zero. */
 LZ_API void       lz_zero_grad(lz_tensor *t);
 /* dst takes src's value, lazily (same shape and dtype). */
@@ -296,6 +328,10 @@ LZ_API void       lz_no_grad_begin(void);
 LZ_API void       lz_no_grad_end(void);
 
 /* ---- optimizers ------------------------------------------------------ */
+
+/* Each optimizer's own calls. One interface over all of them (a training
+   loop that names its optimizer once; a new optimizer in one file) is
+   lz_optimizer in lazyc_optim.h, made from these options structs. */
 
 /* Options fields: a zero field means PyTorch's default, named per field
    below. Where 0 is also a value someone may want and differs from the
@@ -315,7 +351,10 @@ typedef struct lz_sgd_opts {
 } lz_sgd_opts;
 /* SGD as in torch.optim.SGD; lr, momentum and weight decay are 0-d data.
    Every parameter must be f32 and require grad (else NULL and an error
-   naming it); one without a grad at a step is skipped, as torch does. */
+   naming it); one without a grad at a step is skipped, as torch does.
+   The optimizer holds its own reference to each parameter (released by
+   lz_sgd_free), so the program may free them, or their lz_params set,
+   first: the optimizer goes on updating its tensors. */
 LZ_API lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts);
 /* Never recompiles; 0 is 0 here. A negative or non-finite rate is refused
    with an error and the rate stays. */
@@ -336,7 +375,8 @@ typedef struct lz_adamw_opts {
 } lz_adamw_opts;
 /* torch.optim.Adam / AdamW. The step count and bias corrections are data
    advanced inside the graph, so a captured step replays correctly. Every
-   parameter must be f32 and require grad (else NULL and an error naming it). */
+   parameter must be f32 and require grad (else NULL and an error naming it).
+   Holds its own references to the parameters, as lz_sgd_new does. */
 LZ_API lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts);
 LZ_API void      lz_adamw_set_lr(lz_adamw *opt, float lr);  /* as lz_sgd_set_lr */
 LZ_API int       lz_adamw_step(lz_adamw *opt);

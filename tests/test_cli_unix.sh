@@ -25,6 +25,16 @@ check "an unknown command exits 2 naming it" '[ $? -eq 2 ] && grep -q "unknown c
 check "lazyc train --help exits 0 with its exit statuses" \
     '[ $? -eq 0 ] && grep -q "^Exit status: 0 done" out && grep -q "3 a NaN or Inf loss or parameter stopped training" out'
 
+# output lost to a full device is a failure with a message, as coreutils say
+if [ -w /dev/full ]; then
+    for args in "models" "--version" "--help" "env" "models --help"; do
+        "$lazyc" $args >/dev/full 2>err
+        rc=$?
+        check "lazyc $args > /dev/full exits 1 with a write error (got $rc)" \
+            '[ $rc -eq 1 ] && grep -q "write error on standard output" err'
+    done
+fi
+
 # every model train accepts (from its own error message) is in `lazyc models`
 "$lazyc" train --data fashion-mnist --model nosuch >out 2>err
 accepted=$(sed -n "s/.*unknown --model 'nosuch' (\(.*\))/\1/p" err | sed 's/,/ /g; s/ or / /g')

@@ -39,6 +39,15 @@ static void test_alone(void)
     lz_requires_grad(x, 1);
     CHECK(lz_dist_average_grads(&x, 1) == 0);   /* one rank: nothing to do */
     CHECK(lz_dist_broadcast(&x, 1) == 0);
+    /* a NULL entry is an error at any size, not only under mpirun */
+    lz_tensor *none[2] = {x, NULL};
+    lz_clear_error();
+    CHECK(lz_dist_average_grads(none, 2) == -1);
+    CHECK(lz_last_error() && strstr(lz_last_error(), "lz_dist_average_grads: parameter 1 is NULL"));
+    lz_clear_error();
+    CHECK(lz_dist_broadcast(none, 2) == -1);
+    CHECK(lz_last_error() && strstr(lz_last_error(), "lz_dist_broadcast: tensor 1 is NULL"));
+    lz_clear_error();
     CHECK(lz_dist_all_reduce(lz_from_host((int64_t[]){1}, LZ_I64, 1, (int64_t[]){1}), 0) == NULL);
     CHECK(lz_last_error() && strstr(lz_last_error(), "f32"));
     lz_free(s);

@@ -131,11 +131,42 @@ static void test_grad(void)
     lz_params_free(p);
 }
 
+/* The optimizers hold their own references (lazyc.h): the set freed
+   first (no other handle on w), a step still runs and updates w, which
+   the optimizers free. */
+static void test_optimizer_outlives_set(void)
+{
+    lz_params *p = lz_params_new();
+    int64_t s2[1] = {2};
+    lz_tensor *w = lz_params_add(p, "w", lz_from_host((const float[]){3, -4}, LZ_F32, 1, s2), 1);
+    lz_sgd *sgd = lz_sgd_new(&w, 1, (lz_sgd_opts){.lr = 0.5f, .momentum = 0.9f});
+    lz_adamw *adam = lz_adamw_new(&w, 1, (lz_adamw_opts){.lr = 0.1f});
+    lz_params *state = lz_params_new();
+    CHECK(lz_sgd_state(sgd, state, "sgd") == 0);   /* momentum: the first step's d_p */
+    lz_scope_begin();
+    CHECK(lz_backward(lz_sum(lz_mul(w, w))) == 0);   /* grad 2w = (6, -8) */
+    lz_scope_end();
+    lz_params_free(p);
+    CHECK(lz_sgd_step(sgd) == 0);
+    lz_mark_step();
+    float v[2] = {0, 0};
+    lz_tensor *buf = lz_params_find(state, "sgd.momentum_buffer.0");
+    CHECK(buf && lz_to_host(buf, v, sizeof v) == 0);
+    CHECK(v[0] == 6.0f && v[1] == -8.0f);
+    CHECK(lz_adamw_step(adam) == 0);
+    lz_mark_step();
+    CHECK(lz_wait() == 0);
+    lz_sgd_free(sgd);
+    lz_adamw_free(adam);
+    lz_params_free(state);
+}
+
 int main(void)
 {
     test_order_and_lookup();
     test_errors();
     test_scope_ownership();
     test_grad();
+    test_optimizer_outlives_set();
     return lz_test_done();
 }

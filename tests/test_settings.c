@@ -30,13 +30,13 @@ static const case_values cases[] = {
     {"LZ_DNNL_CONV", "tune", "3", 1},     {"LZ_CONV_CACHE", "0", "no", 0},
     {"LZ_DETERMINISTIC", "1", "true", 1}, {"LZ_CACHE_CAPACITY", "2", "0", 1},
     {"LZ_POOL_MIB", "1", "-1", 1},        {"LZ_HUGE_PAGES", "1", "2", 1},
-    {"LZ_FAULT_ALLOC", "2", "abc", 1},
+    {"LZ_FAULT_ALLOC", "2", "+5", 1},
     {"LZ_FAULT_KERNEL", "3", "1x", 1},    {"LZ_FAULT_HOST", "4", "-2", 1},
     {"LZ_FAULT_SCRATCH", "5", "5.5", 1},
     {"LZ_EXPLAIN_COMPILES", "1", "maybe", 1}, {"LZ_CAPTURE_CHECK", "2", "often", 0},
     {"LZ_TORCH_PYTHON", "/x/python", NULL, 1},
     {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL, 1}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL, 1},
-    {"LZ_DIST_TIMEOUT", "5", "0", 0},      {"LZ_DIST_BUCKET_KIB", "1", "-3", 0},
+    {"LZ_DIST_TIMEOUT", "5", " 12", 0},  /* integers: digits only, as the 0/1 switches */      {"LZ_DIST_BUCKET_KIB", "1", "-3", 0},
     {"LZ_DIST_OVERLAP", "0", "no", 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };

@@ -68,6 +68,11 @@ static void second_thread_calls(void)
     REFUSED_INT(lz_dim(y, 0));
     REFUSED_INT(lz_call(fn, &a, (lz_tensor *[]){NULL}));
     REFUSED_INT(lz_sgd_step(opt));
+    /* named as the call made, not as the call it makes inside */
+    REFUSED_VOID(lz_sgd_set_lr(opt, 0.5f));
+    expect_refused("lz_sgd_set_lr's name", lz_last_error() && strstr(lz_last_error(), "lz_sgd_set_lr: called"));
+    REFUSED_VOID(lz_sgd_zero_grad(opt));
+    expect_refused("lz_sgd_zero_grad's name", lz_last_error() && strstr(lz_last_error(), "lz_sgd_zero_grad: called"));
     REFUSED_VOID(lz_mark_step());
     REFUSED_VOID(lz_free(y));            /* left alone, not freed */
     REFUSED_VOID(lz_scope_begin());

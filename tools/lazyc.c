@@ -62,6 +62,17 @@ int lz_cli_float(const char *opt, const char *val, double lo, double hi, double 
     return 0;
 }
 
+/* Output lost to a full disk or a closed pipe is a failure, as coreutils
+   treat it: a message and a non-zero status, never a silent 0. */
+static int finish(int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "lazyc: write error on standard output%s%s\n", errno ? ": " : "",
+            errno ? strerror(errno) : "");
+    return rc ? rc : LZ_CLI_FAILED;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -71,15 +82,15 @@ int main(int argc, char **argv)
     /* asked for: stdout and success, as every Unix tool */
     if (lz_cli_is_help(argv[1])) {
         usage(stdout);
-        return 0;
+        return finish(0);
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
         printf("lazyc %s\n", LZ_VERSION);
-        return 0;
+        return finish(0);
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+            return finish(commands[i].run(argc - 1, argv + 1));
     fprintf(stderr, "lazyc: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return LZ_CLI_USAGE_ERROR;

@@ -20,6 +20,8 @@ void lz_no_grad_end(void)
     if (!lz_owner_check("lz_no_grad_end") && no_grad_depth) no_grad_depth--;
 }
 int  lz_grad_enabled(void) { return no_grad_depth == 0; }
+int  lz_no_grad_depth(void) { return no_grad_depth; }
+void lz_no_grad_restore(int d) { no_grad_depth = d; }
 void lz_autograd_shutdown(void) { no_grad_depth = 0; }
 
 static int is_dead(const lz_ag *ag) { return ag && ag->state != LZ_AG_LIVE; }
@@ -65,6 +67,9 @@ static lz_ag lost_record = {.refs = 1 << 30, .backward = lost_backward, .name = 
 /* Stands for an overwritten mark that could not be allocated: still an
    error at backward, with a vaguer name. */
 static lz_ag lost_overwritten = {.refs = 1 << 30, .state = LZ_AG_OVERWRITTEN, .name = "an op"};
+
+/* Shared by every tensor a replay returns in place of one with a record. */
+static lz_ag replayed = {.refs = 1 << 30, .state = LZ_AG_REPLAYED, .name = "a captured step"};
 
 static void drop_contents(lz_ag *ag);
 
@@ -171,8 +176,20 @@ void lz_ag_overwritten(lz_tensor *t)
     set_ag(t, m);
 }
 
+void lz_ag_mark_replayed(lz_tensor *t)
+{
+    t = lz_tensor_of(t);
+    replayed.refs++;
+    set_ag(t, &replayed);
+}
+
 int lz_ag_dead_error(const lz_ag *ag)
 {
+    if (ag->state == LZ_AG_REPLAYED)
+        return lz_errorf_int("lz_backward: the tensor was returned by a replay of a captured step "
+                             "(lz_call), which runs none of the step's ops and records no autograd; "
+                             "call lz_backward inside the step function (or run the call under "
+                             "lz_no_grad_begin when no gradient is wanted)");
     if (ag->state == LZ_AG_FREED)
         return lz_errorf_int("lz_backward: the graph through %s was already freed by an earlier "
                              "lz_backward (PyTorch: \"Trying to backward through the graph a second "
@@ -198,6 +215,14 @@ void lz_requires_grad(lz_tensor *t, int on)
     }
     if (t->requires_grad != (on != 0)) lz_capture_leaves_changed();
     t->requires_grad = on != 0;
+}
+
+lz_tensor *lz_detach(lz_tensor *x)
+{
+    if (lz_check_operands("lz_detach", 1, &x)) return NULL;
+    lz_node *n = lz_tensor_of(x)->node;
+    lz_node_ref(n);
+    return lz_tensor_wrap(n);
 }
 
 lz_tensor *lz_grad(lz_tensor *t)

@@ -26,7 +26,9 @@ struct lz_ag;
    Returns 0, or -1 with the error set. */
 typedef int (*lz_backward_fn)(const struct lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin);
 
-enum { LZ_AG_LIVE, LZ_AG_FREED, LZ_AG_OVERWRITTEN };
+/* LZ_AG_REPLAYED: the tensor was returned by a replay of a captured step,
+   which runs no function and so records nothing a backward could follow. */
+enum { LZ_AG_LIVE, LZ_AG_FREED, LZ_AG_OVERWRITTEN, LZ_AG_REPLAYED };
 
 typedef struct lz_ag {
     int refs;                /* the tensor it describes + consumers' edges */
@@ -62,10 +64,18 @@ void lz_ag_release(lz_ag *ag);
 /* t's value was replaced (engine/tensor.c): its record no longer describes
    it and becomes an LZ_AG_OVERWRITTEN marker. */
 void lz_ag_overwritten(lz_tensor *t);
+/* t was returned by a replay whose trace returned it with a record: a
+   backward from it fails saying so, instead of finding nothing to
+   differentiate. */
+void lz_ag_mark_replayed(lz_tensor *t);
 /* Sets the error explaining why a backward cannot run through dead record
    ag; returns -1. */
 int  lz_ag_dead_error(const lz_ag *ag);
 int  lz_grad_enabled(void);
+/* Open lz_no_grad_begin sections, and setting their count back (a
+   captured step must close what it opens: engine/capture.c). */
+int  lz_no_grad_depth(void);
+void lz_no_grad_restore(int depth);
 /* Closes any open no-grad section (lz_shutdown). */
 void lz_autograd_shutdown(void);
 

@@ -1,6 +1,7 @@
 /* The LZ_* settings table (settings.h) and its one parser. */
 #include "base/settings.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,23 +35,27 @@ static atomic_int read_flag[LZ_SETTING_COUNT];
 static int64_t value[LZ_SETTING_COUNT];
 
 /* text -> *out per the entry's kind; 0, or -1 when text is not accepted */
+/* An integer in [lo, hi] written as digits with an optional '-': no
+   blanks, no '+', nothing after (strtoll alone would take " 12" and "+5"). */
+static int parse_integer(const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    const char *digits = text + (text[0] == '-');
+    if (!isdigit((unsigned char)digits[0])) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (*end != '\0' || errno != 0 || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
 static int parse(const setting_def *d, const char *text, int64_t *out)
 {
     switch (d->kind) {
     case KIND_BOOL:
-        if ((text[0] == '0' || text[0] == '1') && text[1] == '\0') {
-            *out = text[0] == '1';
-            return 0;
-        }
-        return -1;
-    case KIND_INT: {
-        char *end = NULL;
-        errno = 0;
-        long long v = strtoll(text, &end, 10);
-        if (end == text || *end != '\0' || errno != 0 || v < d->lo || v > d->hi) return -1;
-        *out = v;
-        return 0;
-    }
+        return parse_integer(text, 0, 1, out);
+    case KIND_INT:
+        return parse_integer(text, d->lo, d->hi, out);
     case KIND_CHOICE: {
         size_t len = strlen(text);
         int64_t index = 0;

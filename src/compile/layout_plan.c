@@ -2,8 +2,8 @@
  * backend's channel-blocked layout (lz_value.block) instead of plain NCHW.
  *
  * oneDNN's convolutions run on blocked layouts (nChw16c with AVX-512);
- * fed plain memory they reorder every activation in and out, which cost
- * 15-20% of their time in ResNet. A value goes blocked when every step
+ * fed plain memory they reorder every activation in and out
+ * (docs/performance.md, "Blocked layouts"). A value goes blocked when every step
  * that writes or reads it has a kernel for that, so the reorders are left
  * only where a producer or consumer cannot (a reshape, a concatenation, a
  * broadcast the kernel does not map) and the conv at that boundary

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "backend/buffer.h"
+#include "autograd/autograd.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/thread.h"
@@ -14,13 +15,18 @@
 #include "runtime/executor.h"
 
 #define MAX_DEPTH 16
+_Static_assert(MAX_DEPTH == sizeof ((lz_autocast_regions *)0)->stack / sizeof(lz_dtype),
+               "lz_autocast_regions holds every region");
 
 static lz_dtype stack[MAX_DEPTH];
 static int depth;
 
+/* A cast is recognised by its tensor and the tensor's version, never by a
+   node's address: a node freed by an assignment can be reallocated at the
+   same address for the next value. */
 typedef struct entry {
     lz_tensor *src;      /* retained: its address cannot be reused while cached */
-    const lz_node *node; /* src's node when cast: an assignment since makes a new one */
+    uint64_t version;    /* src's version when cast: every assignment bumps it */
     lz_tensor *cast;
 } entry;
 
@@ -69,17 +75,48 @@ int lz_autocast_end(void)
     return 0;
 }
 
+int lz_autocast_regions_open(void) { return depth; }
+
+void lz_autocast_save(lz_autocast_regions *r)
+{
+    r->depth = depth;
+    for (int i = 0; i < depth; i++) r->stack[i] = stack[i];
+}
+
+int lz_autocast_check_restore(const lz_autocast_regions *r)
+{
+    int same = depth == r->depth;
+    for (int i = 0; same && i < depth; i++) same = stack[i] == r->stack[i];
+    if (same) return 1;
+    const int was_open = depth > 0;
+    depth = r->depth;
+    for (int i = 0; i < depth; i++) stack[i] = r->stack[i];
+    if (was_open && !depth) {   /* as lz_autocast_end of the outermost region */
+        lz_autocast_cache_clear();
+        sweep_copies();
+    }
+    return 0;
+}
+
 int lz_autocast_cacheable(const lz_tensor *x)
 {
     x = lz_tensor_of(x);   /* an lz_retain handle stands for its tensor */
     return x->requires_grad && !x->ag;
 }
 
+/* A cast made under no_grad has no autograd record: in grad mode it would
+   cut the parameter off from its gradient, so it is made again there. */
+static int cast_usable(const entry *e, const lz_tensor *x)
+{
+    if (e->version != lz_tensor_of(x)->version) return 0;
+    return !lz_grad_enabled() || lz_tensor_of(e->cast)->ag != NULL;
+}
+
 lz_tensor *lz_autocast_cached(lz_tensor *x)
 {
     for (int i = 0; i < n_cache; i++)
         if (lz_tensor_of(cache[i].src) == lz_tensor_of(x))
-            return cache[i].node == x->node ? cache[i].cast : NULL;
+            return cast_usable(&cache[i], x) ? cache[i].cast : NULL;
     return NULL;
 }
 
@@ -87,9 +124,9 @@ int lz_autocast_cache_put(lz_tensor *x, lz_tensor *cast)
 {
     if (!lz_autocast_cacheable(x)) return -1;
     for (int i = 0; i < n_cache; i++)
-        if (lz_tensor_of(cache[i].src) == lz_tensor_of(x)) {   /* x was assigned since: the old cast is stale */
+        if (lz_tensor_of(cache[i].src) == lz_tensor_of(x)) {   /* x assigned since, or a no_grad cast */
             lz_free(cache[i].cast);
-            cache[i].node = x->node;
+            cache[i].version = lz_tensor_of(x)->version;
             cache[i].cast = cast;
             lz_scope_release(cast);
             return 0;
@@ -102,7 +139,7 @@ int lz_autocast_cache_put(lz_tensor *x, lz_tensor *cast)
         cap_cache = nc;
     }
     lz_scope_release(cast);
-    cache[n_cache++] = (entry){lz_retain(x), x->node, cast};
+    cache[n_cache++] = (entry){lz_retain(x), lz_tensor_of(x)->version, cast};
     return 0;
 }
 

@@ -9,9 +9,11 @@
 /* The dtype products compute in: LZ_BF16 inside a bf16 region, LZ_F32
    outside any (or inside an lz_autocast_begin(LZ_F32) one). */
 lz_dtype lz_autocast_dtype(void);
-/* The bf16 cast of x made earlier in this region while x had the node it
-   has now (borrowed), or NULL. Only leaves that require grad are cached
-   (parameters: PyTorch's rule), so a weight is cast once per step. */
+/* The bf16 cast of x made earlier in this region at x's current version
+   (borrowed), or NULL; in grad mode only a cast made in grad mode (one
+   made under no_grad has no path back to x's gradient). Only leaves that
+   require grad are cached (parameters: PyTorch's rule), so a weight is
+   cast once per step. */
 lz_tensor *lz_autocast_cached(lz_tensor *x);
 /* Keeps cast as x's cast, taking over its creation handle from the
    innermost scope; -1 (cast left to the caller) when x is not cacheable
@@ -23,6 +25,18 @@ int lz_autocast_cacheable(const lz_tensor *x);
    around a capture trace (a trace must make its own casts, not bind
    values made before it). */
 void lz_autocast_cache_clear(void);
+/* The open regions, saved around a captured step (engine/capture.c): a
+   region the step opens it must close, and one it did not open it must
+   leave open. */
+typedef struct lz_autocast_regions {
+    int depth;
+    lz_dtype stack[16];
+} lz_autocast_regions;
+void lz_autocast_save(lz_autocast_regions *r);
+int  lz_autocast_regions_open(void);
+/* 1 when the regions are those saved; else 0, and they are put back (the
+   step's extra regions closed, the caller's reopened). */
+int  lz_autocast_check_restore(const lz_autocast_regions *r);
 /* lz_shutdown: closes every region, frees the cache and the copies. */
 void lz_autocast_shutdown(void);
 

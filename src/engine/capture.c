@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd.h"
 #include "backend/buffer.h"
 #include "base/bf16.h"
 #include "base/error.h"
@@ -94,6 +95,7 @@ typedef struct ret {
     binding wrap;            /* RET_WRAP: a new handle on this buffer, */
     out_desc desc;           /* shaped as the tensor returned when traced */
     char retain, keep;       /* the step took a reference / lz_keep'd it */
+    char had_record;         /* RET_NEW: it had an autograd record when traced */
 } ret;
 
 typedef struct leaf_key {
@@ -112,6 +114,8 @@ typedef struct trace {
     uint8_t *dtype, *ndim;
     int64_t (*shape)[LZ_MAX_DIMS];
     int *alias;              /* per input: the first input on its buffer */
+    uint8_t *dead;           /* per input: it carried a dead autograd record (a
+                                backward reaching it fails, as in a direct call) */
     /* key: which leaves had a gradient */
     int n_leaves;
     leaf_key *leaves;
@@ -148,6 +152,8 @@ struct lz_fn {
     int n_in, n_out;
     trace *traces;
     int fallback;            /* a graph break was seen: trace every call */
+    int running;             /* the function is being run (lz_fn_free refuses) */
+    int warned_record;       /* the input-with-a-record warning was printed */
     int warned_host;         /* the host-values warning was printed */
     int64_t calls;           /* for LZ_CAPTURE_CHECK */
 };
@@ -247,6 +253,14 @@ static int first_alias(lz_buffer *const *buf, int k)
     return k;
 }
 
+/* An input made by ops whose graph is gone (a backward freed it, or a
+   replay returned it): a backward that reaches it must fail. */
+static uint8_t carries_dead_record(const lz_tensor *x)
+{
+    const lz_ag *ag = lz_tensor_of(x)->ag;
+    return ag && ag->state != LZ_AG_LIVE && lz_grad_enabled();
+}
+
 /* The key: does this call look like the one tr was traced on? */
 static int key_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
 {
@@ -257,6 +271,7 @@ static int key_matches(const lz_fn *f, const trace *tr, lz_tensor *const *in)
             memcmp(n->shape, tr->shape[k], sizeof(int64_t) * n->ndim))
             return 0;
         if (tr->alias[k] != k && in[tr->alias[k]]->node->buf != n->buf) return 0;
+        if (tr->dead[k] != carries_dead_record(in[k])) return 0;
         if (tr->alias[k] == k)
             for (int j = 0; j < k; j++)
                 if (in[j]->node->buf == n->buf) return 0;
@@ -276,9 +291,10 @@ static trace *new_trace(lz_fn *f, lz_tensor *const *in, lz_buffer *const *inbuf)
         tr->ndim = lz_host_malloc((size_t)f->n_in + 1);
         tr->shape = lz_host_malloc(sizeof *tr->shape * (size_t)(f->n_in + 1));
         tr->alias = lz_host_malloc(sizeof *tr->alias * (size_t)(f->n_in + 1));
+        tr->dead = lz_host_malloc((size_t)f->n_in + 1);
     }
-    if (!tr || !tr->dtype || !tr->ndim || !tr->shape || !tr->alias) {
-        if (tr) { free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr->alias); }
+    if (!tr || !tr->dtype || !tr->ndim || !tr->shape || !tr->alias || !tr->dead) {
+        if (tr) { free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr->alias); free(tr->dead); }
         free(tr);
         return lz_errorf("lz_call: out of memory keeping a new trace");
     }
@@ -287,6 +303,7 @@ static trace *new_trace(lz_fn *f, lz_tensor *const *in, lz_buffer *const *inbuf)
         tr->ndim[k] = in[k]->node->ndim;
         memcpy(tr->shape[k], in[k]->node->shape, sizeof tr->shape[k]);
         tr->alias[k] = first_alias(inbuf, k);
+        tr->dead[k] = carries_dead_record(in[k]);
     }
     tr->autocast = (int)lz_autocast_dtype();
     tr->next = f->traces;
@@ -339,18 +356,49 @@ static void free_trace(trace *tr)
     clear_capture(tr);
     clear_leaves(tr);
     if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
-    free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr->alias);
+    free(tr->dtype); free(tr->ndim); free(tr->shape); free(tr->alias); free(tr->dead);
     free(tr);
 }
 
 void lz_fn_free(lz_fn *f)
 {
     if (!f || lz_owner_check("lz_fn_free")) return;
+    if (f->running) {
+        lz_errorf("lz_fn_free: the captured function is being called (lz_fn_free from inside its "
+                  "own step function); free it after lz_call returns");
+        return;
+    }
     for (trace *tr = f->traces, *next; tr; tr = next) {
         next = tr->next;
         free_trace(tr);
     }
     free(f);
+}
+
+/* A step leaves the caller's modes as it found them: a region or no-grad
+   section it opened and did not close would silently change the caller's
+   later ops (design.md, capture). Puts them back; rc, or -1 with an error
+   when the step had succeeded. */
+static int check_modes_closed(int rc, const lz_autocast_regions *regions, int no_grad)
+{
+    const int depth_now = lz_autocast_regions_open();
+    const int autocast_same = lz_autocast_check_restore(regions);
+    const int no_grad_now = lz_no_grad_depth();
+    lz_no_grad_restore(no_grad);
+    if (rc != 0) return rc;
+    if (!autocast_same)
+        return lz_errorf_int("lz_call: the step function left the autocast regions changed "
+                             "(%d open when it was called, %d when it returned): a region opened "
+                             "in a captured step must be closed in it, and one open at the call "
+                             "left open", regions->depth, depth_now);
+    if (no_grad_now > no_grad)
+        return lz_errorf_int("lz_call: the step function left %d lz_no_grad_begin section(s) "
+                             "open: a section opened in a captured step must be closed in it",
+                             no_grad_now - no_grad);
+    if (no_grad_now < no_grad)
+        return lz_errorf_int("lz_call: the step function closed %d lz_no_grad_begin section(s) "
+                             "it did not open", no_grad - no_grad_now);
+    return 0;
 }
 
 /* Runs the function lazily in a scope that ends as if the function had run
@@ -361,7 +409,13 @@ static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out, char *k
     for (int j = 0; j < f->n_out; j++) out[j] = NULL;
     lz_clear_error();
     if (lz_scope_open("lz_call") != 0) return -1;
+    lz_autocast_regions regions;
+    lz_autocast_save(&regions);
+    const int no_grad = lz_no_grad_depth();
+    f->running++;
     int rc = f->fn(f->ctx, in, out);
+    f->running--;
+    rc = check_modes_closed(rc, &regions, no_grad);
     if (lz_scope_end_call(out, f->n_out, kept_out) != 0 && rc == 0) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", lz_last_error());
@@ -462,7 +516,7 @@ static int trace_is_steady(const snapshot *s, lz_tensor *const *out, int n_out)
     for (int i = 0; i < s->n; i++)
         if (s->t[i]->requires_grad && !s->grad[i] && s->t[i]->grad) return 0;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
-        if (t->capture_epoch == s->epoch || is_returned(t, out, n_out)) continue;
+        if (t->capture_epoch == s->epoch || is_returned(t, out, n_out) || t->internal) continue;
         int is_grad = 0;
         for (int i = 0; i < s->n && !is_grad; i++) is_grad = s->t[i]->grad == t;
         if (!is_grad) return 0;
@@ -546,7 +600,8 @@ static binding bind_leaf(trace *tr, const lz_fn *f, lz_tensor *const *in, const 
 }
 
 /* The roots of a trace's graph: the returned pending tensors first, then
-   every other pending tensor, which is state (into state, if given). A
+   every other pending tensor, which is state (into state, if given) unless
+   it is a value an autograd record saved. A
    warm-up trace cuts the same roots in the same order as the capture that
    follows, so the two are one graph and compile once. */
 static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node ***roots,
@@ -566,7 +621,9 @@ static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node 
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
         if (is_returned(t, out, f->n_out) && t->capture_epoch != epoch) continue;
         (*roots)[n_roots++] = t->node;
-        st[ns++] = t;
+        /* a record's saved value is computed in this execution, but it is
+           this call's: a replay must not write its values into it */
+        if (!t->internal) st[ns++] = t;
     }
     if (state) { *state = st; *n_state = ns; }
     else free(st);
@@ -893,7 +950,7 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
             if (k < 0) { r->t = t; hold(t); }
         } else if (!t->node->buf) {
             *r = (ret){.kind = RET_NEW, .index = output_slot(g, t->node), .keep = r->keep,
-                       .retain = out[j] != t};
+                       .retain = out[j] != t, .had_record = t->ag && t->ag->state == LZ_AG_LIVE};
         } else {
             r->retain = out[j] != t;
             r->kind = RET_WRAP;
@@ -1281,10 +1338,11 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     }
     for (int j = 0; j < n_out && rc == 0; j++) {
         const ret *r = &returned[j];
-        if (r->kind == RET_NEW && !(out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index))))
-            rc = -1;
-        else if (r->kind == RET_NEW && r->retain)
-            lz_scope_forget(out[j]);   /* as the lz_retain handle the step made */
+        if (r->kind == RET_NEW) {
+            if (!(out[j] = lz_tensor_wrap(output_node(tr, outb[r->index], r->index)))) rc = -1;
+            else if (r->retain) lz_scope_forget(out[j]);   /* as the lz_retain handle the step made */
+            if (rc == 0 && r->had_record) lz_ag_mark_replayed(out[j]);
+        }
         /* an lz_retain handle follows its tensor to the new value */
         else if (r->retain && (r->kind == RET_SAME_INPUT || r->kind == RET_SAME_TENSOR) &&
                  !(out[j] = lz_retain(r->kind == RET_SAME_INPUT ? in[r->index] : r->t)))
@@ -1330,6 +1388,41 @@ static int replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
     return rc;
 }
 
+/* The first input made by ops whose graph is alive (a backward inside the
+   step could go on into it), or -1. */
+static int input_with_record(const lz_fn *f, lz_tensor *const *in)
+{
+    if (!lz_grad_enabled()) return -1;
+    for (int k = 0; k < f->n_in; k++) {
+        const lz_ag *ag = lz_tensor_of(in[k])->ag;
+        if (ag && ag->state == LZ_AG_LIVE) return k;
+    }
+    return -1;
+}
+
+/* The call run as a direct call would run: the function, then its step. */
+static int run_direct(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
+{
+    uint64_t serial0 = lz_tensor_serial();
+    int rc = run_function(f, in, out, NULL);
+    return rc == 0 ? run_uncaptured(f, out, serial0) : rc;
+}
+
+/* A replay binds an input as data, so it cannot differentiate into the
+   graph that made it: such a call runs directly, said once per function. */
+static int run_direct_for_record(lz_fn *f, lz_tensor *const *in, lz_tensor **out, int k)
+{
+    if (!f->warned_record) {
+        f->warned_record = 1;
+        lz_warning("input %d of a captured step carries an autograd record (it was computed "
+                   "from tensors that require grad), so a backward in the step may reach the ops "
+                   "that made it: calls with such an input run as direct calls, traced each time. "
+                   "Pass lz_detach(x) if no gradient should flow back into it", k);
+    }
+    lz_counters.capture_fallbacks++;
+    return run_direct(f, in, out);
+}
+
 int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
 {
     if (!f) return lz_errorf_int("lz_call: captured function is NULL");
@@ -1342,10 +1435,10 @@ int lz_call(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
     f->calls++;
     if (f->fallback || lz_is_eager()) {
         if (f->fallback) lz_counters.capture_fallbacks++;
-        uint64_t serial0 = lz_tensor_serial();
-        int rc = run_function(f, in, out, NULL);
-        return rc == 0 ? run_uncaptured(f, out, serial0) : rc;
+        return run_direct(f, in, out);
     }
+    const int k = input_with_record(f, in);
+    if (k >= 0) return run_direct_for_record(f, in, out, k);
     trace *tr = f->traces;
     while (tr && !key_matches(f, tr, in)) tr = tr->next;
     int64_t every = check_every();

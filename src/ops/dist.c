@@ -85,11 +85,21 @@ static int average_bucket(lz_tensor **grads, int n, int64_t total)
     return rc;
 }
 
+/* A NULL entry is the caller's error at any job size, not only under
+   mpirun: -1 naming it, or 0. */
+static int null_entry(const char *fn, const char *what, lz_tensor *const *ts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) return lz_errorf_int("%s: %s %d is NULL", fn, what, i);
+    return 0;
+}
+
 int lz_dist_average_grads(lz_tensor *const *params, int n)
 {
     if (ready("lz_dist_average_grads")) return -1;
     if (n < 0 || (n > 0 && !params))
         return lz_errorf_int("lz_dist_average_grads: %d parameters at %p", n, (const void *)params);
+    if (null_entry("lz_dist_average_grads", "parameter", params, n)) return -1;
     if (lz_comm_size() == 1) return 0;   /* the mean over one rank: nothing to do */
     lz_tensor **grads = malloc(sizeof *grads * (size_t)(n ? n : 1));
     if (!grads) return lz_errorf_int("lz_dist_average_grads: out of memory for %d parameters", n);
@@ -100,10 +110,6 @@ int lz_dist_average_grads(lz_tensor *const *params, int n)
     /* the last parameters first: backward makes their gradients first, so
        the first buckets can be summed while it computes the others */
     for (int i = n - 1; rc == 0 && i >= 0; i--) {
-        if (!params[i]) {
-            rc = lz_errorf_int("lz_dist_average_grads: parameter %d is NULL", i);
-            break;
-        }
         lz_tensor *g = lz_grad(params[i]);
         if (!g) continue;   /* no gradient at this step: as the optimizers skip it */
         if (lz_t_dtype(g) != LZ_F32) {
@@ -129,11 +135,11 @@ int lz_dist_broadcast(lz_tensor *const *ts, int n)
     if (ready("lz_dist_broadcast")) return -1;
     if (n < 0 || (n > 0 && !ts))
         return lz_errorf_int("lz_dist_broadcast: %d tensors at %p", n, (const void *)ts);
+    if (null_entry("lz_dist_broadcast", "tensor", ts, n)) return -1;
     if (lz_comm_size() == 1) return 0;
     /* the executor must be idle: this thread communicates now */
     if (lz_wait()) return -1;
     for (int i = 0; i < n; i++) {
-        if (!ts[i]) return lz_errorf_int("lz_dist_broadcast: tensor %d is NULL", i);
         const size_t nbytes = (size_t)lz_numel(ts[i]) * lz_dtype_size(lz_tensor_dtype(ts[i]));
         void *host = malloc(nbytes ? nbytes : 1);
         if (!host) return lz_errorf_int("lz_dist_broadcast: out of memory for tensor %d (%zu bytes)",

@@ -65,6 +65,7 @@ static lz_tensor *binary(const char *name, lz_op op, int flags, lz_backward_fn b
                          lz_dtype_name(da), lz_dtype_name(db));
     if (da != LZ_F32 && !(flags & INTS_OK))
         return lz_errorf("%s: dtype %s not supported (f32 only)", name, lz_dtype_name(da));
+    if (!lz_refuse_bf16(name, a)) return NULL;
     int nd;
     int64_t shape[LZ_MAX_DIMS];
     if (lz_broadcast_shape(name, lz_t_ndim(a), lz_t_shape(a), lz_t_ndim(b), lz_t_shape(b),
@@ -264,6 +265,7 @@ static int gelu_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tenso
 lz_tensor *lz_neg(lz_tensor *x)
 {
     if (lz_check_operands("lz_neg", 1, &x)) return NULL;
+    if (!lz_refuse_bf16("lz_neg", x)) return NULL;
     return record_unary("lz_neg", LZ_OP_NEG, x, NULL,
                         lz_t_dtype(x) == LZ_F32 ? neg_backward : NULL);
 }
@@ -309,6 +311,7 @@ lz_tensor *lz_where(lz_tensor *cond, lz_tensor *a, lz_tensor *b)
 {
     lz_tensor *in[3] = {cond, a, b};
     if (lz_check_operands("lz_where", 3, in)) return NULL;
+    if (!lz_refuse_bf16("lz_where", cond) || !lz_refuse_bf16("lz_where", a)) return NULL;
     lz_dtype da = lz_t_dtype(a), db = lz_t_dtype(b);
     if (da != db)
         return lz_errorf("lz_where: dtypes %s and %s of the two branches differ",

@@ -11,7 +11,8 @@ lz_tensor *lz_all_finite(lz_tensor *x)
     if (!x) return lz_errorf("lz_all_finite: x is NULL");
     lz_no_grad_begin();
     lz_scope_begin();
-    lz_tensor *s = lz_sum(lz_sub(x, x));
+    if (lz_t_dtype(x) == LZ_BF16) x = lz_cast(x, LZ_F32);   /* exact: bf16 is f32's top half */
+    lz_tensor *s = x ? lz_sum(lz_sub(x, x)) : NULL;
     lz_tensor *r = s ? lz_eq(s, s) : NULL;
     if (r) lz_keep(r);
     lz_scope_end();

@@ -2,8 +2,8 @@
  * axes (like torch, with the biased variance), and weight and bias follow
  * as element-wise steps, which fuse with whatever comes next; their
  * gradients come from mul's and add's rules. Composed from mean, sub, mul
- * and rsqrt steps it took nine kernels forward and more backward, about
- * three times torch's layer-norm time in ViT (docs/performance.md). */
+ * and rsqrt steps it took nine kernels forward and more backward
+ * (docs/performance.md, "Layer norm"). */
 #include <string.h>
 
 #include "autograd/autograd.h"

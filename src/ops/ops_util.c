@@ -67,6 +67,14 @@ lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like)
     return r;
 }
 
+int lz_refuse_bf16(const char *op, const lz_tensor *t)
+{
+    if (lz_t_dtype(t) != LZ_BF16) return 1;
+    lz_errorf("%s: dtype bf16 not supported (f32 or integers; bf16 is the dtype of products' "
+              "operands: lz_cast(x, LZ_F32) first)", op);
+    return 0;
+}
+
 int lz_require_f32(const char *op, const lz_tensor *t)
 {
     if (lz_t_dtype(t) == LZ_F32) return 1;

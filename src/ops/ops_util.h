@@ -27,6 +27,9 @@ int lz_norm_axis(const char *op, int axis, int ndim);
    like's shape (returns a new reference to g's tensor if nothing to do). */
 lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like);
 int64_t lz_shape_numel(int ndim, const int64_t *shape);
+/* 0 with "op: dtype bf16 not supported ..." set when t is bf16, whose
+   only kernels are products, casts, shape steps and the norms; else 1. */
+int lz_refuse_bf16(const char *op, const lz_tensor *t);
 /* 1 if the dtype is f32; otherwise sets "op: dtype X not supported (f32 only)". */
 int lz_require_f32(const char *op, const lz_tensor *t);
 

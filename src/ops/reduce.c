@@ -11,6 +11,7 @@ static lz_tensor *reduce(const char *name, lz_op op, lz_backward_fn bw, lz_tenso
     if (lz_check_operands(name, 1, &x)) return NULL;
     lz_dtype dt = lz_t_dtype(x);
     if (op == LZ_OP_MEAN && !lz_require_f32(name, x)) return NULL;
+    if (!lz_refuse_bf16(name, x)) return NULL;
     int nd = lz_t_ndim(x);
     const int64_t *xs = lz_t_shape(x);
     if (naxes < 0 || naxes > nd)

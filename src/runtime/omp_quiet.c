@@ -5,7 +5,7 @@
  * said otherwise when libgomp was loaded, which is before any code of ours
  * runs. A team as large as the machine then keeps every core busy between
  * kernels, and the thread that records the next step (or anything else the
- * program does) waits for a core: small steps run 10-50x slower.
+ * program does) waits for a core: small steps run many times slower.
  *
  * libgomp's documented exception (GOMP_SPINCOUNT in its manual): while it
  * manages more threads than there are CPUs, a wait polls only 100 times
@@ -19,10 +19,9 @@
  *
  * Sleeping has its price inside a long program: every parallel region
  * and every barrier inside oneDNN's primitives then wakes a sleeping
- * worker, and a training step of a few hundred kernels waited that way
- * for a fifth of its time (ViT under bf16 autocast: 201-205 -> 153 ms a
- * step without the parked threads; docs/performance.md, "Spinning workers
- * in long programs"). So the executor ends the parked threads while it
+ * worker, and a training step of a few hundred kernels waits that way
+ * for much of its time (docs/performance.md, "Spinning workers in long
+ * programs"). So the executor ends the parked threads while it
  * runs programs that take LZ_OMP_LONG_RUN_MS or more (or, run first,
  * compute LZ_OMP_LONG_FLOPS of products), and parks them again once no
  * long program has ended for LZ_OMP_LINGER_MS: the workers then poll

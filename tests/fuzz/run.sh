@@ -20,7 +20,7 @@ BUILD=${BUILD:-build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 OUT="$BUILD/fuzz"
 CC=${FUZZ_CC:-clang}
-HARNESSES=${HARNESSES:-"fuzz_safetensors fuzz_idx fuzz_ops fuzz_capture_diff"}
+HARNESSES=${HARNESSES:-"fuzz_safetensors fuzz_idx fuzz_ops fuzz_capture_diff fuzz_autocast_diff"}
 JOBS=${JOBS:-2}
 
 skip() {

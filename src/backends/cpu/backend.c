@@ -91,8 +91,9 @@ static void *make_sgemm_kernels(void *arg)
 }
 
 /* The process's first prepare of a program with products starts a thread
-   that makes oneDNN's sgemm kernels (30-50 ms on the 2-core EPYC; else the
-   first product makes them inside the first step) while the compile goes
+   that makes oneDNN's sgemm kernels (tens of ms; else the first product
+   makes them inside the first step: docs/performance.md, "Time to first
+   step") while the compile goes
    on. The compile joins it before it returns, through cpu_ready or, when
    it stops early, cpu_release: nothing outlives the compile, so a program
    that exits right after one exits cleanly (oneDNN's kernels are static

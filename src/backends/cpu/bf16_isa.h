@@ -11,16 +11,15 @@
 enum { LZ_BF16_NATIVE, LZ_BF16_WIDENED };
 /* LZ_BF16_NATIVE: AVX512_BF16 (or AMX) instructions. WIDENED: without
    them, lazyc widens bf16 operands to float32 for its float32 kernels
-   (oneDNN's bf16 emulation on AVX-512 ran autocast steps 2-4x slower
-   than float32, its reference code below AVX-512 slower still), and
+   (oneDNN's bf16 emulation is slower than float32: docs/performance.md,
+   "bf16 under autocast"), and
    autocast keeps convolutions float32 (lz_cpu_conv_f32_faster). */
 int lz_cpu_bf16_way(void);
 /* Whether the native way has AMX tiles. oneDNN 2.6's AMX convolutions
    read channels-last activations only; on lazyc's channel-blocked ones
-   it runs its AVX512_BF16 kernels, which on a Xeon with AMX took 1.7-3.5x
-   the time of f32 (no faster per instruction there, unlike on AMD Zen 5),
-   while the AMX ones, reorders aside, took 0.13-0.67 of f32's best on
-   3x3 layers (docs/performance.md, "bf16 on AMX"): so a program with
+   it runs its AVX512_BF16 kernels, which on CPUs with AMX are slower than
+   f32, and the AMX ones far faster (docs/performance.md, "bf16 on AMX"):
+   so a program with
    bf16 convolutions keeps its activations channels-last there
    (lz_cpu_program_block). */
 int lz_cpu_bf16_amx(void);

@@ -16,8 +16,7 @@
  * keeps its cache, but after a model is freed, the next one's buffers take
  * the place of the old ones instead of being new memory beside them. New
  * memory costs a page fault per page on first touch, and more on a
- * virtual machine for memory the guest never touched before: a model
- * built after BERT took 2-3x longer than in a fresh process before this
+ * virtual machine for memory the guest never touched before
  * (docs/performance.md, "Models one after another").
  *
  * With LZ_HUGE_PAGES=1, blocks of 2 MiB and more are their own mappings,
@@ -25,7 +24,7 @@
  * policy, "madvise", gives them only where asked): a step streams hundreds
  * of MiB, and with 4 KiB pages each page of a stream is a TLB miss. Not by
  * default: on a virtual machine that reports free memory to its host, a
- * fresh huge page is slow to touch, and BERT's first step took 4x longer
+ * fresh huge page is slow to touch, and first steps take far longer
  * (docs/performance.md, "Huge pages"). */
 #include "backends/cpu/buffer_pool.h"
 

@@ -3,13 +3,11 @@
  * columns: the input's patches are copied into rows of KH*KW*C values a
  * output pixel, cols [N*OH*OW, KH*KW*C], and dw = dy^T cols on oneDNN's
  * matmul, whose result [O, KH, KW, C] is turned into the weight's OIHW.
- * oneDNN 2.6's AMX weight-gradient kernel took twice its forward's time,
- * and on deep layers' few pixels far more (resnet18's 512-channel 4x4
- * layers 2.3 ms a call against 1.1 forward). Over few output pixels the
+ * oneDNN 2.6's AMX weight-gradient kernel takes twice its forward's time,
+ * and far more on deep layers' few pixels. Over few output pixels the
  * columns are small and this is faster; over many, copying them costs
- * more than it saves (resnet18, a step: 128 pixels over the batch 9.9 ->
- * 6.9 ms, 512: 3.2 -> 2.9 and 2.3 -> 1.3, but 2048: 2.4 -> 3.3 and 8192:
- * 2.6 -> 7.5; docs/performance.md, "Channels-last on AMX"). The sums are
+ * more than it saves, hence a bound on the pixels (docs/performance.md,
+ * "Channels-last on AMX"). The sums are
  * f32 over the same bf16 products. */
 #include "backends/cpu/conv_wgrad_cols.h"
 

@@ -8,8 +8,7 @@
  * inside and the per-channel constants and sums in arrays, so they
  * vectorise over channels and read memory in order; the channel-blocked
  * kernels' lane groups, run on one block of C channels, read 64 bytes of
- * each row a pass and took twice the time (docs/performance.md,
- * "Channels-last on AMX"). Element-wise results use the plain kernels' expressions, so
+ * each row a pass and were slower (docs/performance.md, "Batch norm"). Element-wise results use the plain kernels' expressions, so
  * they give the same bits. A channel's sum adds CHUNK rows in f32 before
  * moving them into double, as the other kernels do; rows go in pieces of
  * PIECE, each summed on its own and the pieces added in order, so threads

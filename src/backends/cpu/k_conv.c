@@ -211,11 +211,9 @@ static int64_t dw_lane(int64_t C, int64_t HW, int B, int64_t n, int64_t c, int64
    side in a pixel (channels-last, nChw16c, nChw8c; one output a channel)
    the copy takes a pixel's lanes at once, else lane by lane (read in
    place instead, with a channels-last row's stride between pixels, the
-   1152-channel step ran at half the speed). One channel at a time (lazyc's
-   kernel before 2026-12-04) the loops paid per row and tap, and a row of
-   a deep layer's 4x4 plane is 4 pixels: mnasnet1_0's 5x5 weight gradients
-   ran at 3-9 GFLOP/s, then 12-23 (docs/performance.md, "Depthwise weight
-   gradients"). The sums and their order are the same in every layout, so
+   1152-channel step ran at half the speed). One channel at a time the
+   loops would pay per row and tap, and a row of a deep layer's 4x4 plane
+   is 4 pixels (docs/performance.md, "Depthwise weight gradients"). The sums and their order are the same in every layout, so
    are the bits. xb, gb: the blocks of x and gy (0: plain). */
 #define DW_LANES 8
 static const char *dw_grad_weight(const geom *g, const float *x, int xb, const float *gy, int gb,

@@ -10,61 +10,26 @@
  * channel-blocked (lz_value.block, compile/layout_plan.c) is handed to the
  * primitive as it is, with no reorder: such steps always run here, since
  * im2col reads plain layouts only. On plain layouts oneDNN itself runs gemm
- * (x64:gemm:jit), measured no faster than k_conv.
+ * (x64:gemm:jit), no faster than k_conv.
  *
- * The rules below choose for steps on plain layouts only, from per-shape
- * timings of each way (docs/performance.md has the tables). The three
- * reorders are fixed costs, each its own parallel region, and on deep
- * layers the weight's reorder is the larger part, so: never 1x1 (the
- * reorders cost more than the product); only from 32 MFLOP a step;
- * forward and grad weight only while the weight has at most 8x the
- * elements of input and output together; grad input only with 16+ input
- * channels a group (oneDNN's kernel for 3 channels is slow); grad weight
- * only with 128+ output pixels over the batch; and only a jit
- * implementation (never oneDNN's reference or gemm fallbacks).
+ * Rules choose the way per step shape, because each way wins somewhere:
+ * on plain layouts the reorders are fixed costs, so oneDNN takes only
+ * steps from 32 MFLOP, never 1x1, forward and grad weight while the
+ * weight has at most 8x the elements of the activations, grad input with
+ * 16+ channels a group, grad weight with 128+ output pixels, and only jit
+ * kernels; every depthwise step but 5x5 weight gradients (k_conv.c's
+ * loops pay per row and tap); on blocked layouts a weight gradient over
+ * at most 256 pixels runs on rows (lz_cpu_conv_rows), where oneDNN runs
+ * far from peak; a 3x3 stride-1 step by Winograd where its tiles fill
+ * (winograd_fits). The figures: docs/performance.md, "Convolutions" and
+ * "Winograd". LZ_DNNL_CONV=tune times each shape once per machine instead
+ * (conv_choices.c); off by default, since timed choices make values differ
+ * between machines. LZ_DNNL_CONV=0 turns oneDNN off, LZ_WINOGRAD=0 keeps
+ * steps direct.
  *
- * Depthwise steps always, whatever their size: k_conv.c's direct loops pay
- * per row and tap, and on the small planes of deep layers ran 10-50x
- * slower (oneDNN 2.6 has no jit grad weight for 5x5 depthwise: those stay
- * here).
- *
- * A weight gradient whose activations the compiler keeps channel-blocked
- * has one other way: copy x and gy out of their blocks into rows, every
- * image side by side, and run one sgemm with all N*OH*OW output pixels as
- * its inner dimension (lz_cpu_conv_rows): on deep layers' small planes
- * oneDNN's kernel runs far from peak. Rows only up to 256 pixels (at 512
- * the 1x1 steps were even and 3x3 faster on oneDNN), and never grouped
- * (one thin product per group). The forward of a 1x1 step at 4x4 gains
- * too, as one sgemm over the rows whose result goes back into blocks; its
- * grad input runs over pixels [N*P, C], where the weight is read as it is
- * and the copies move whole blocks of 16 channels (on the rows sgemm
- * would read the weight transposed).
- *
- * A 3x3 stride-1 step runs by Winograd's algorithm (oneDNN's F(4x4, 3x3),
- * on AVX-512: a quarter of the multiplications, in all three directions)
- * where it measured faster, on Intel and on AMD (Zen 5): 4x4 output tiles
- * 85% or more filled, 32 or more channels in and out, and 64 tiles over
- * the batch, or 32 with 256 channels (winograd_fits); LZ_WINOGRAD=0 keeps
- * every step direct. Its values differ from the direct sum by rounding
- * (test_conv_dnnl: 2e-6 relative, as the direct primitive's own). Below
- * AVX-512 oneDNN has no Winograd: the direct primitive runs, with the
- * values LZ_WINOGRAD=0 gives.
- *
- * These rules come from measurements on two machines. LZ_DNNL_CONV=tune
- * instead times each step shape once per machine (conv_choices.c keeps the
- * choice in a file that later processes read), every way it can run
- * (oneDNN, or k_conv.c one image per thread, or all images' columns in
- * one product), and keeps the fastest; a step state without a primitive
- * then runs k_conv.c's chosen path; a step on blocked layouts, oneDNN or
- * the rows where those apply. Off by default: a choice made on timings
- * makes results differ between machines (LZ_DETERMINISTIC=1 never times).
- *
- * On by default (LZ_DNNL_CONV=0 turns it off). Results with and without
- * it, or with and without Winograd, differ by rounding; a model whose
- * batch puts a ReLU input at its kink, or two inputs of a max-pooling
- * window within rounding of each other, then takes another gradient on
- * one unit (tests/reference/model_parity.py chooses and measures for
- * that). */
+ * The ways differ by rounding: a batch that puts a ReLU input at its kink,
+ * or a max-pool window within rounding of a tie, then takes another
+ * gradient on one unit (tests/reference/model_parity.py measures that). */
 #include <dnnl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -405,8 +370,8 @@ static int make_descs(conv_descs *d, const lz_instr *s, const lz_value *X, const
    3x3, stride 1, not dilated, not grouped; its 4x4 output tiles 85% or
    more filled (a 7x7 plane's four tiles are 77%), at least 32 input and
    output channels, and 64 tiles over the batch, or 32 with 256 channels
-   (the top comment's figures). oneDNN refuses the rest (channels not a
-   multiple of 16, no AVX-512). */
+   (docs/performance.md, "Winograd"). oneDNN refuses the rest (channels
+   not a multiple of 16, no AVX-512). */
 static int winograd_shape(const int64_t *x, const int64_t *w, const int64_t *y, int ndims_w,
                           const int64_t *st, const int64_t *dil)
 {
@@ -428,33 +393,18 @@ static int winograd_fits(const conv_descs *d)
 }
 
 /* Under autocast, a convolution Winograd's algorithm runs in float32 with
-   output planes of 16x16 or more stays float32: there oneDNN's f32
-   Winograd kernels beat its direct bf16 ones in all three directions
-   (0.78-0.94 of their time, 8 images of 64-256 channels at 16x16 to 64x64,
-   on the 2-core EPYC, Zen 5; on 8x8 planes bf16 took 0.76-0.84 of
-   Winograd's time), and it saves the casts. Without native bf16 every
-   convolution: widened bf16 operands would run k_conv.c on plain layouts
-   (vgg16's autocast step took 2.8x its f32 one under DNNL_MAX_CPU_ISA=AVX2,
-   4.5x on oneDNN's emulation under AVX512_CORE). Native bf16 implies
-   AVX-512, where oneDNN has Winograd.
-
-   So does a 1x1 convolution neither of whose channel counts fills whole
-   blocks: in float32 both its activations stay plain (layout_plan.c) and
-   lazyc's sgemm runs it; in bf16 only oneDNN's kernel can, and it
-   reorders both into blocks and back: 1.5-2.9x slower on mnasnet1_0's
-   24/40/72/120-channel layers (docs/performance.md, "bf16 convolutions").
-   Where one side fills blocks, the f32 step runs oneDNN too, and bf16 was
-   faster (mobilenet_v2's 24-channel, squeezenet1_1's 48-channel layers).
-
-   With AMX (bf16_isa.h) the rules are others (build/conv_dtypes's "amx"
-   column; Xeon with AMX, 2 cores): the program keeps its activations
-   channels-last, as oneDNN's AMX kernels read them
-   (lz_cpu_program_block), and every convolution takes bf16 whatever its
-   plane (AMX took 0.14-0.83x f32's best on 3x3 layers, Winograd or not),
-   1x1 ones too (on channels-last no reorder is left to pay for, and each
-   direction is one matrix product: is_1x1_product), but
-   grouped and depthwise ones, which stay f32 (oneDNN has no AMX kernel
-   for them, and its AVX512_BF16 ones are slower than f32 on that CPU). */
+   output planes of 16x16 or more stays float32: oneDNN has no bf16
+   Winograd, and its f32 one, a quarter of the multiplications, beats bf16
+   direct there; it saves the casts too. Without native bf16 every
+   convolution does (widened operands would run k_conv.c on plain layouts,
+   slower than f32). So does a 1x1 convolution neither of whose channel
+   counts fills whole blocks: in float32 its activations stay plain and
+   lazyc's sgemm runs it, in bf16 only oneDNN's kernel can, with reorders
+   into blocks and back. With AMX (bf16_isa.h) the program keeps its
+   activations channels-last, as oneDNN's AMX kernels read them
+   (lz_cpu_program_block), and every convolution takes bf16 but grouped and
+   depthwise ones (no AMX kernel for them). The figures:
+   docs/performance.md, "bf16 convolutions" and "bf16 on AMX". */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups)
 {
@@ -736,10 +686,9 @@ static const char *conv_run(void *state, const lz_program *p, const lz_instr *s,
 
 enum { PER_IMAGE, GATHERED, ONEDNN, ROWS, N_WAYS };
 /* Steps are timed between these sizes; outside, the rules above choose:
-   below (~0.1 ms) timing costs more than it could save; above (~10 ms),
-   where vgg16's layers are, oneDNN (the rules' choice) was fastest or
-   within 3% on 27 of vgg16's 28 steps (Intel Xeon, 2 cores), and timing
-   them added 8 s to the first compile. */
+   below, timing costs more than it could save; above, oneDNN (the rules'
+   choice) won nearly every step, and timing them slows the first compile
+   by seconds (docs/performance.md, "Convolution measurements"). */
 #define TUNE_MIN_FLOPS 2e7
 #define TUNE_MAX_FLOPS 1e9
 #define KEY_LEN LZ_CONV_KEY_LEN
@@ -830,9 +779,9 @@ static int fastest_way(dnnl_conv *c, const lz_program *p, const lz_instr *s, con
 
 /* Whether c's primitive is one of oneDNN's depthwise kernels ("jit_dw",
    "brdgmm_dw"): for a depthwise weight gradient on blocked activations
-   they ran 2x faster than k_conv.c's loops (mnasnet1_0's 3x3 steps), but
-   oneDNN has them up to 3x3 only and runs larger kernels as 16x16-blocked
-   groups, 5-10x slower than the loops (kernels.h). */
+   they beat k_conv.c's loops, but oneDNN has them up to 3x3 only and runs
+   larger kernels as 16x16-blocked groups, far slower than the loops
+   (docs/performance.md, "Depthwise weight gradients"). */
 static int runs_depthwise_kernel(const dnnl_conv *c)
 {
     const_dnnl_primitive_desc_t pd = NULL;
@@ -883,13 +832,11 @@ static void *prepare_blocked(dnnl_conv *c, const lz_program *p, const lz_instr *
 /* A 1x1 bf16 convolution on channels-last activations without padding:
    x is [N*H*W, C] and y [N*H*W, O] as they lie and the weight [O, C], so
    each direction is one matrix product: y = x w^T, dx = dy w,
-   dw = dy^T x. oneDNN's AMX matmul ran them 2-3x faster than its 1x1
-   convolution kernels on resnet50's layers, and its weight gradients 10x
-   (2048x512 over 128 pixels: 0.23 ms against 2.2; docs/performance.md,
-   "Channels-last on AMX"). With a stride (resnet's downsampling), x's
-   pixels at the stride are copied into rows first (strided_pixels):
-   resnet50's three took 10 ms a step on the convolution kernels, their
-   weight gradients at 104-180 GFLOP/s. Whether the step is one. */
+   dw = dy^T x, which oneDNN's AMX matmul runs faster than its 1x1
+   convolution kernels, weight gradients over few pixels most of all
+   (docs/performance.md, "Channels-last on AMX"). With a stride (resnet's
+   downsampling), x's pixels at the stride are copied into rows first
+   (strided_pixels). Whether the step is one. */
 static int is_1x1_product(const lz_program *p, const lz_instr *s)
 {
     const lz_value *X, *W, *Y;
@@ -975,10 +922,9 @@ static void *prepare_bf16(const lz_program *p, const lz_instr *s)
     dnnl_conv *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     lz_cpu_bf16_notice();
-    /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1
-       (jit_bf16, f32 diff weights) ran 10-40x slower than widening to f32
-       for k_conv.c (resnet50, smoke: 14 ms against well under 1 ms a step);
-       with AMX, ViT's 16x16 patch embedding's took 9.8 ms against 1.6 */
+    /* oneDNN 2.6's bf16 weight gradient of a kernel larger than 1x1 on
+       plain layouts (jit_bf16, and on AMX too) is far slower than widening
+       to f32 for k_conv.c (docs/performance.md, "bf16 convolutions") */
     const lz_value *X, *W, *Y;
     conv_operands(p, s, &X, &W, &Y);
     const int blocked = X->block || Y->block;   /* only a primitive reads them */

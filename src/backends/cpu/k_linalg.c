@@ -29,7 +29,7 @@ static int sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
 }
 
 /* oneDNN generates all its sgemm kernels on the first product of the
-   process bigger than a few elements (30 ms on the 2-core EPYC), wherever
+   process bigger than a few elements (tens of ms), wherever
    that falls: in the first step's execution, unless this ran before. */
 void lz_cpu_sgemm_make_kernels(void)
 {

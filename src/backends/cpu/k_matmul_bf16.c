@@ -6,8 +6,8 @@
  *
  * Without AVX512_BF16 (bf16_isa.c), the operands are widened to float32
  * (exactly) and the float32 kernel runs: the same values up to the order
- * of the float32 sums, no speed-up (oneDNN's emulation on AVX-512 ran 2-4x
- * slower than float32, its reference code below AVX-512 slower still);
+ * of the float32 sums, no speed-up (oneDNN's emulation is slower than
+ * float32);
  * a notice says so once per process. */
 #include <dnnl.h>
 #include <pthread.h>

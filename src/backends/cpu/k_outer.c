@@ -1,15 +1,13 @@
 /* bf16 products with a small inner dimension and a large result: the
  * weight gradient of a linear layer over a small batch (alexnet's and
  * vgg16's classifier: [4096, 9216] and [4096, 25088] over 8 rows). They
- * are outer products, whose cost is writing the result; oneDNN's AMX
- * matmul wrote alexnet's 151 MB one at 11 GB/s (13.3 ms: K = 8 fills a
- * quarter of a tile's depth), twice the time of sgemm on the same product
- * in float32. Here: rows of the result in blocks, b's 16 columns of its K
- * rows widened once per block, and streaming stores, which skip reading
- * each line before writing it (40 GB/s against 17 for plain stores on
- * that machine; the result is read back from memory by the optimizer's
- * update whatever the stores). 5.8 ms in alexnet's step; the multiply-adds
- * bound it there (docs/performance.md, "Outer products").
+ * are outer products, whose cost is writing the result, and oneDNN's AMX
+ * matmul writes them slowly (K = 8 fills a quarter of a tile's depth).
+ * Here: rows of the result in blocks, b's 16 columns of its K rows
+ * widened once per block, and streaming stores, which skip reading each
+ * line before writing it (the optimizer's update reads the result back
+ * from memory whatever the stores). Figures: docs/performance.md, "Outer
+ * products".
  *
  * c[m, n] = sum over k of a(m, k) b[k, n], the sum in k order (fused
  * multiply-adds of exact bf16 products), the same on any number of
@@ -19,8 +17,8 @@
 #include "backends/cpu/k_outer.h"
 #include "base/bf16.h"
 
-/* up to 8 rows of b: at 16 oneDNN was as fast (12.2-12.7 ms against 13.2 for
-   alexnet's [4096, 9216]; at 8, 13.6-14.9 against 7.0, standalone) */
+/* up to 8 rows of b: from 16 on oneDNN is as fast (docs/performance.md,
+   "Outer products") */
 #define OUTER_MAX_K 8
 #define OUTER_MIN_BYTES ((int64_t)32 << 20)
 #define ROWS 8   /* rows of c that share b's widened columns */

@@ -27,7 +27,8 @@ static int64_t avg_divisor(const pgeom *g, int64_t oh, int64_t ow)
 /* Index in the plane of the element torch's max pool picks: the first
    maximum, or the last NaN; -1 for an empty window. One pass of selects,
    no branch on the data: a branch on "is this the max" mispredicts on
-   every window (the max pool gradient was 14% of squeezenet's step). */
+   every window (the max pool gradient is a large share of squeezenet's
+   step). */
 static int64_t argmax(const pgeom *g, const float *x, int64_t oh, int64_t ow)
 {
     int64_t h0, h1, w0, w1;

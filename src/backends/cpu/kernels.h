@@ -142,8 +142,8 @@ const char *lz_cpu_conv_rows(const lz_program *p, const lz_instr *s, void *const
 /* Whether s is a float32 depthwise weight gradient, which k_conv.c's
    direct loops run on activations in any layout (plain, channel-blocked,
    channels-last): oneDNN 2.6 has a depthwise kernel for it only up to
-   3x3, and ran mnasnet1_0's 5x5 ones as 16x16-blocked groups, 2.6-13
-   GFLOP/s. */
+   3x3, and runs larger ones as 16x16-blocked groups, 16x the arithmetic
+   (docs/performance.md, "Depthwise weight gradients"). */
 int lz_cpu_conv_dw_grad_weight_blocked(const lz_program *p, const lz_instr *s);
 /* Whether step s can run GATHERED, and whether its rule picks that. */
 int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s);

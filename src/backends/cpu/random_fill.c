@@ -1,6 +1,6 @@
-/* The initialisers' draws at memory speed: a model's parameters (138 M
- * values for vgg16) were drawn one by one with libm's log and cos on the
- * recording thread, seconds before the first step. Here every element is
+/* The initialisers' draws at memory speed: drawn one by one with libm's
+ * log and cos on the recording thread, a model's parameters (138 M values
+ * for vgg16) took seconds before the first step. Here every element is
  * a pure function of (seed, i) and the loops are branch-free f32 (GCC
  * vectorises them; libm's calls would keep them scalar).
  *
@@ -11,9 +11,8 @@
  * (tests/test_init_fill.c). Not an OpenMP parallel region: that would
  * leave a team behind on the recording thread, and while its threads live
  * libgomp makes the executor's workers sleep between kernels
- * (omp_quiet.c), which cost long steps a fifth of their time. Nor a team
- * led by a thread made per fill: that cost more than it saved (resnet50's
- * build 232-438 ms against 43-54 drawn on one thread; docs/performance.md,
+ * (omp_quiet.c), which slows long steps. Nor a team led by a thread made
+ * per fill: that cost more than it saved (the figures in docs/performance.md,
  * "Spinning workers in long programs"). */
 #include "backends/cpu/random_fill.h"
 

@@ -3,9 +3,8 @@
  * input i), the taps, then 16 i, then 16 o innermost. Its reorder back to
  * the program's OIHW wrote at a quarter of memory speed wherever a plain
  * row (I * taps floats) is 4 KiB or a larger power of two, as the 16 rows
- * of an output block then fall into one cache set: resnet50's last stage
- * (I = 1024 and 2048) spent 1.5-2 ms a weight there (docs/performance.md,
- * "Weight gradients out of blocks"). Here each pair of blocks is turned
+ * of an output block then fall into one cache set, as in resnet50's last
+ * stage (docs/performance.md, "Weight gradients out of blocks"). Here each pair of blocks is turned
  * around in a local tile and written out a whole plain row at a time. */
 #include "backends/cpu/weight_unblock.h"
 
