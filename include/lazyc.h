@@ -572,6 +572,12 @@ typedef struct lz_metrics {
        constants); not fills (lz_zeros, lz_full, lz_from_random run on the
        device) */
     int64_t bytes_to_device, bytes_from_device;
+    /* what the device launched for the executions that have run (counted
+       as the executor runs them: lz_wait first for a step's): CUDA graphs,
+       each a whole execution, and kernels or library calls launched one by
+       one (on the CPU, every kernel). A captured step on the CUDA device is
+       1 graph launch and 0 kernel launches from its third call on. */
+    int64_t graph_launches, kernel_launches;
 } lz_metrics;
 LZ_API lz_metrics lz_metrics_get(void);
 LZ_API void       lz_metrics_reset(void);

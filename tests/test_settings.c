@@ -38,6 +38,10 @@ static const case_values cases[] = {
     {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL, 1}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL, 1},
     {"LZ_DIST_TIMEOUT", "5", " 12", 0},  /* integers: digits only, as the 0/1 switches */      {"LZ_DIST_BUCKET_KIB", "1", "-3", 0},
     {"LZ_DIST_OVERLAP", "0", "no", 0},
+    /* the CUDA backend's, read in liblazyc_cuda.so on a GPU (tests/cuda) */
+    {"LZ_CUDA_DEVICE", "1", "-1", 0},      {"LZ_CUDA_TF32", "1", "2", 0},
+    {"LZ_CUDA_GRAPHS", "0", "no", 0},      {"LZ_CUDA_GRAPH_COPY_MIB", "8", "-4", 0},
+    {"LZ_CUDA_CACHE", "0", "off", 0},      {"LZ_CUDA_STAGING_MIB", "16", "x", 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 

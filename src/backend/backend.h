@@ -126,6 +126,13 @@ typedef struct lz_backend_host {
     /* Sets the calling thread's error (lz_last_error), for the calls whose
        failure is NULL + error: alloc's caller names it, prepare's does not. */
     void (*set_error)(const char *msg);
+    /* The settings table (base/settings.h, docs/env.md): a backend reads
+       its LZ_* variables here, by id, never from the environment. */
+    int64_t (*setting_int)(int id);
+    const char *(*setting_text)(int id);
+    /* Adds to the metrics' graph_launches and kernel_launches: what the
+       backend launched for a run, a graph as one (any thread). */
+    void (*count_launches)(int64_t graphs, int64_t kernels);
 } lz_backend_host;
 
 /* The entry: *out = the backend's table (living as long as the process),

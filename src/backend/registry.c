@@ -69,6 +69,11 @@ const lz_backend *lz_backend_load(const char *name, const lz_backend_host *host)
         if (!lib) snprintf(beside, sizeof beside, " (not in %s", dir);
     }
     if (!lib) lib = dlopen(file, RTLD_NOW | RTLD_LOCAL);   /* LD_LIBRARY_PATH, the system's */
+    /* a backend of this repository that this build left out says so */
+    if (!lib && !strcmp(name, "cuda"))
+        return lz_errorf("lazyc was built without the CUDA backend: %s not found%s%s (configure where the "
+                         "CUDA toolkit is, or with -DLZ_CUDA=ON to be told what is missing)", file, beside,
+                         beside[0] ? " nor where the dynamic loader looks)" : "");
     if (!lib)
         return lz_errorf("no backend '%s': %s not found%s%s (lazyc built without it?)", name, file,
                          beside, beside[0] ? " nor where the dynamic loader looks)" : "");

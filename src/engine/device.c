@@ -14,17 +14,31 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "base/metrics.h"
 #include "base/settings.h"
 #include "base/thread.h"
 
 static void host_error(const char *msg) { lz_errorf("%s", msg); }
+
+/* the settings table by id, for a backend's own LZ_* variables */
+static int64_t host_setting_int(int id)
+{
+    return id >= 0 && id < LZ_SETTING_COUNT ? lz_setting_int((lz_setting_id)id) : 0;
+}
+
+static const char *host_setting_text(int id)
+{
+    return id >= 0 && id < LZ_SETTING_COUNT ? lz_setting_text((lz_setting_id)id) : "";
+}
 
 /* The backend called name, or NULL + error. */
 static const lz_backend *open_backend(const char *name)
 {
     if (strcmp(name, "cpu") == 0) return lz_backend_cpu();
     const lz_backend_host host = {.abi = LZ_BACKEND_ABI, .size = sizeof host,
-                                  .cpu = lz_backend_cpu(), .set_error = host_error};
+                                  .cpu = lz_backend_cpu(), .set_error = host_error,
+                                  .setting_int = host_setting_int, .setting_text = host_setting_text,
+                                  .count_launches = lz_metrics_add_launches};
     return lz_backend_load(name, &host);
 }
 
