@@ -25,7 +25,7 @@ enum { MAX_MODELS = 64 };
 static void bench_usage(FILE *f)
 {
     fprintf(f,
-            "usage: lazyc bench [--size smoke|bench] [--models a,b,...]\n"
+            "usage: lazyc bench [--size smoke|bench|gpu] [--models a,b,...]\n"
             "                   [--modes eager,lazy,captured,torch] [--steps N] [--warmup N]\n"
             "                   [--out DIR] [--json] [--profile[-steps]] [--dtype f32|bf16]\n"
             "                   [--device NAME]\n\n"
@@ -35,7 +35,8 @@ static void bench_usage(FILE *f)
             "same run: warm-up steps, then repetitions interleaved between the modes;\n"
             "the median is reported.\n\n"
             "  --size S     smoke (default: small inputs, done in a few minutes) or bench\n"
-            "               (batch 8 at 128x128; BERT batch 4, sequence 128)\n"
+            "               (batch 8 at 128x128; BERT batch 4, sequence 128) or gpu\n"
+            "               (batch 64 at 224x224; BERT batch 16, sequence 128: for --device cuda)\n"
             "  --models L   comma-separated model names (default: all ten)\n"
             "  --modes L    comma-separated among eager, lazy, captured, torch (default: all)\n"
             "  --steps N    timed repetitions per mode (default 3 smoke, 5 bench)\n"
@@ -177,8 +178,8 @@ int lz_cmd_bench(int argc, char **argv)
             return usage_error("%s needs a value", a);
         i++;
         if (strcmp(a, "--size") == 0) {
-            if (strcmp(val, "smoke") && strcmp(val, "bench"))
-                return usage_error("--size is smoke or bench, not '%s'", val);
+            if (strcmp(val, "smoke") && strcmp(val, "bench") && strcmp(val, "gpu"))
+                return usage_error("--size is smoke, bench or gpu, not '%s'", val);
             o.size = val;
         } else if (strcmp(a, "--dtype") == 0) {
             if (bench_parse_dtype(val, &o.bf16) != 0)
@@ -202,7 +203,7 @@ int lz_cmd_bench(int argc, char **argv)
             *(steps ? &o.steps : &o.warmup) = v;
         }
     }
-    int bench_size = strcmp(o.size, "bench") == 0;
+    int bench_size = strcmp(o.size, "smoke") != 0;
     if (o.steps < 0)
         o.steps = bench_size ? 5 : 3;
     if (o.warmup < 0)

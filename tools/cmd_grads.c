@@ -13,7 +13,7 @@
 
 static void grads_usage(FILE *f)
 {
-    fprintf(f, "usage: lazyc grads --model NAME [--size smoke|bench] [--weights W.safetensors]\n"
+    fprintf(f, "usage: lazyc grads --model NAME [--size smoke|bench|gpu] [--weights W.safetensors]\n"
                "                   --inputs I.safetensors --out G.safetensors [--seed N]\n"
                "                   [--dtype f32|bf16] [--eval] [--device NAME]\n\n"
                "Loads the weights (every parameter and buffer by its PyTorch state_dict\n"
@@ -124,8 +124,8 @@ int lz_cmd_grads(int argc, char **argv)
     if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0)
         return usage_error("--dtype is f32 or bf16, not '%s'", dtype);
     const int bf16 = strcmp(dtype, "bf16") == 0;
-    if (strcmp(size, "smoke") != 0 && strcmp(size, "bench") != 0)
-        return usage_error("--size needs smoke or bench, got '%s'", size);
+    if (strcmp(size, "smoke") != 0 && strcmp(size, "bench") != 0 && strcmp(size, "gpu") != 0)
+        return usage_error("--size needs smoke, bench or gpu, got '%s'", size);
     if (!known_model(model)) {
         fprintf(stderr, "lazyc grads: unknown model '%s'\n", model);
         list_models(stderr);

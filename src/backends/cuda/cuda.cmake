@@ -109,6 +109,19 @@ if(LZ_HAVE_CUDA)
     add_test(NAME ${t} COMMAND ${t} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
     set_tests_properties(${t} PROPERTIES TIMEOUT 600 LABELS cuda)
   endforeach()
+
+  # The GPU suite (tests/cuda/gpu_suite.c): built wherever the backend is,
+  # so CI compiles it; registered only for a machine with a GPU.
+  add_executable(gpu_suite ${CMAKE_SOURCE_DIR}/tests/cuda/gpu_suite.c ${CMAKE_SOURCE_DIR}/tests/testlib.c)
+  target_include_directories(gpu_suite PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR}/models)
+  target_link_libraries(gpu_suite PRIVATE lazyc_static CUDA::cudart)
+  if(LZ_CUDA_GPU_TESTS)
+    foreach(part ops capture launches replay memory oom)
+      add_test(NAME test_cuda_gpu_${part}
+               COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cuda/gpu_suite.sh $<TARGET_FILE:gpu_suite> ${part})
+      set_tests_properties(test_cuda_gpu_${part} PROPERTIES TIMEOUT 600 LABELS cuda_gpu RUN_SERIAL ON)
+    endforeach()
+  endif()
 endif()
 
 # Without a GPU (and without the backend built): lz_device_use("cuda")
