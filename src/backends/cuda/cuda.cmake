@@ -101,7 +101,7 @@ if(LZ_HAVE_CUDA)
 
   # GPU-free tests (ctest -L cuda): they choose their own backends, so no
   # _guarded twin.
-  foreach(t test_cuda_codegen test_cuda_cache)
+  foreach(t test_cuda_codegen test_cuda_cache test_cuda_emulate)
     add_executable(${t} ${CMAKE_SOURCE_DIR}/tests/cuda/${t}.c ${CMAKE_SOURCE_DIR}/tests/testlib.c)
     target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests
                                ${CMAKE_SOURCE_DIR}/models)
