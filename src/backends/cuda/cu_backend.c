@@ -33,6 +33,14 @@
 lz_cu_device lz_cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local char message[1024];
+static _Thread_local int bound;
+
+void lz_cu_bind_thread(void)
+{
+    if (bound) return;
+    bound = 1;
+    if (lz_cu.device) cudaSetDevice(lz_cu.device);
+}
 
 const char *lz_cu_msg(const char *fmt, ...)
 {
@@ -99,6 +107,7 @@ const void *lz_cu_kernel(cudaLibrary_t lib, const char *name, const char **why)
 
 const char *lz_cu_launch_family(int module, const char *kernel, const void *args, int64_t threads)
 {
+    lz_cu_bind_thread();
     const char *why = NULL;
     cudaLibrary_t lib = lz_cu_module(module, &why);
     const void *k = lib ? lz_cu_kernel(lib, kernel, &why) : NULL;

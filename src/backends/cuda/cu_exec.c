@@ -37,6 +37,7 @@ static void unload(lz_backend_exec *e)
 void lz_cu_release(lz_backend_exec *e)
 {
     if (!e) return;
+    lz_cu_bind_thread();
     /* work queued with this executable's kernels and descriptors may still
        run: let it finish before they go (a release is rare: eviction,
        shutdown) */
@@ -58,6 +59,7 @@ static lz_backend_exec *fail(lz_backend_exec *e, const char *why)
 
 lz_backend_exec *lz_cu_prepare(lz_program *p)
 {
+    lz_cu_bind_thread();
     lz_backend_exec *e = calloc(1, sizeof *e);
     if (!e) {
         lz_cu.host->set_error("cuda: out of host memory preparing a program");
@@ -182,6 +184,7 @@ const char *lz_cu_issue(const lz_cu_plan *pl, const void *const *kernels, void *
 
 const char *lz_cu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
 {
+    lz_cu_bind_thread();
     /* bad data an earlier kernel found fails the next run, as it would
        have failed its own on the CPU */
     const char *bad = lz_cu_status_take();

@@ -13,11 +13,14 @@
  *
  * The first run goes kernel by kernel and notes every buffer; a value
  * seen in another buffer later joins the bound ones and the graph is made
- * again (once per value, so at most a few times). When the bound values
+ * again (once per value, so at most a few times). A graph that cannot be
+ * made (a capture refused) leaves its executable kernel by kernel, with one
+ * warning. When the bound values
  * would copy more than LZ_CUDA_GRAPH_COPY_MIB a run (a step that does not
  * update its state in place), the runs go kernel by kernel. Graphs are
  * captured on their own stream, thread-locally, so the recording thread's
  * transfers on the main stream are never caught in one. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,10 +44,13 @@ struct lz_cu_graph {
     bind *binds;
     int n_binds;
     void *slots;
+    int broken;              /* a build failed: this executable goes kernel by kernel */
 };
 
 static void drop_graph(lz_cu_graph *g)
 {
+    /* launches of it may be queued: they finish first (a rebuild is rare) */
+    if (g->exec) cudaStreamSynchronize(lz_cu.stream);
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     if (g->slots) cudaFreeAsync(g->slots, lz_cu.stream);   /* after the launches queued before */
@@ -182,10 +188,17 @@ int lz_cu_graph_run(lz_cu_graph **gp, const lz_cu_plan *pl, const void *const *k
         /* an unbound value must be where the graph was captured with it */
         if (!g->bound[v] && g->exec && ptrs[v] != g->use[v]) rebuild = 1;
     }
-    if (copied > lz_cu.graph_copy_bytes) return 0;
-    if (rebuild && (*msg = build(g, pl, kernels, ptrs, arena))) {
+    if (g->broken || copied > lz_cu.graph_copy_bytes) return 0;
+    const char *why = rebuild ? build(g, pl, kernels, ptrs, arena) : NULL;
+    if (why) {
+        /* the runs stay right without a graph: kernel by kernel, said once */
+        static int said;
+        if (!said++)
+            fprintf(stderr, "lazyc: warning: cuda: an executable runs kernel by kernel: its CUDA graph could "
+                            "not be made (%s)\n", why);
         drop_graph(g);
-        return 1;
+        g->broken = 1;
+        return 0;
     }
     cudaError_t e = cudaSuccess;
     for (int k = 0; k < g->n_binds && e == cudaSuccess; k++) {

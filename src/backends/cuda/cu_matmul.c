@@ -57,6 +57,18 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType t, int64_t 
     return st;
 }
 
+/* The alignment cuBLASLt may assume of an operand's matrices: the memory
+   plan's 64 bytes, less where a batch or loop offset (elements * es) is
+   a smaller power of two. Its heuristics otherwise assume 256. */
+static uint32_t alignment(int64_t count, int64_t stride, int64_t outer, int64_t outer_stride, size_t es)
+{
+    uint32_t a = 64;
+    const int64_t offs[2] = {count > 1 ? stride * (int64_t)es : 0, outer > 1 ? outer_stride * (int64_t)es : 0};
+    for (int k = 0; k < 2; k++)
+        while (offs[k] && offs[k] % a) a /= 2;
+    return a;
+}
+
 void lz_cu_matmul_unload(lz_cu_matmul *m)
 {
     loaded *d = m->loaded;
@@ -97,6 +109,16 @@ const char *lz_cu_matmul_load(lz_cu_matmul *m, lz_cu_step *st)
     s = cublasLtMatmulPreferenceCreate(&pref);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    const size_t es = m->bf16 ? 2 : 4;
+    const uint32_t align[4] = {alignment(m->count, m->stride_b, m->outer, m->outer_b, es),
+                               alignment(m->count, m->stride_a, m->outer, m->outer_a, es),
+                               alignment(m->count, m->stride_c, m->outer, m->outer_c, 4),
+                               alignment(m->count, m->stride_c, m->outer, m->outer_c, 4)};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int k = 0; k < 4 && s == CUBLAS_STATUS_SUCCESS; k++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, which[k], &align[k], sizeof align[k]);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)lz_cu.lt, d->op, d->a, d->b, d->c, d->c, pref, 1,
                                            &result, &found);

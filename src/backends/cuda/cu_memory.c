@@ -17,6 +17,7 @@
 
 void *lz_cu_alloc(size_t nbytes)
 {
+    lz_cu_bind_thread();
     void *p = NULL;
     cudaError_t e = cudaMallocAsync(&p, nbytes, lz_cu.stream);
     if (e != cudaSuccess) {
@@ -38,16 +39,19 @@ void *lz_cu_alloc(size_t nbytes)
 void lz_cu_free(void *p, size_t nbytes)
 {
     (void)nbytes;
+    lz_cu_bind_thread();
     if (p) cudaFreeAsync(p, lz_cu.stream);
 }
 
 const char *lz_cu_to_device(void *dst, const void *src, size_t nbytes)
 {
+    lz_cu_bind_thread();
     return nbytes ? lz_cu_staged_copy(dst, src, nbytes) : NULL;
 }
 
 const char *lz_cu_to_host(void *dst, const void *src, size_t nbytes)
 {
+    lz_cu_bind_thread();
     if (nbytes) {
         /* waits for the copy alone, not for work the executor queued on
            the stream after it (the next step): an event right after it */
@@ -62,12 +66,14 @@ const char *lz_cu_to_host(void *dst, const void *src, size_t nbytes)
 const char *lz_cu_device_copy(void *dst, const void *src, size_t nbytes)
 {
     if (!nbytes || dst == src) return NULL;
+    lz_cu_bind_thread();
     cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, lz_cu.stream);
     return e == cudaSuccess ? NULL : lz_cu_errf(e, "copying %zu bytes on the device", nbytes);
 }
 
 const char *lz_cu_fill(void *dst, size_t nbytes, const void *value, size_t width)
 {
+    lz_cu_bind_thread();
     const unsigned char *v = value;
     size_t same = 1;
     while (same < width && v[same] == v[0]) same++;
@@ -97,6 +103,7 @@ const char *lz_cu_to_bf16(void *dst, const void *src, int64_t n)
    its memory back to the device */
 void lz_cu_trim(void)
 {
+    lz_cu_bind_thread();
     cudaStreamSynchronize(lz_cu.stream);
     cudaMemPoolTrimTo(lz_cu.pool, 0);
 }

@@ -37,6 +37,10 @@ typedef struct lz_cu_device {
 
 extern lz_cu_device lz_cu;
 
+/* The calling thread's current device is lz_cu.device (the runtime's is
+   per thread, device 0 by default): every entry point calls it first. */
+void lz_cu_bind_thread(void);
+
 /* "cuda: <what>: <CUDA's message> (<its name>)" in a thread-local buffer */
 const char *lz_cu_err(const char *what, cudaError_t e);
 /* The same, printf-style what. */
