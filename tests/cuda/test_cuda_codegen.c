@@ -198,7 +198,7 @@ static void single_ops(void)
     const int64_t s4[4] = {2, 3, 6, 5}, s2[2] = {4, 6};
     lz_scope_begin();
     lz_tensor *x = lz_test_rand(2, -1, 1, 4, s4), *a = lz_test_rand(3, -1, 1, 2, s2);
-    lz_tensor *outs[24];
+    lz_tensor *outs[40];
     int n = 0;
     const int axes01[2] = {0, 2}, perm[4] = {3, 1, 0, 2};
     outs[n++] = lz_softmax(x, 1);                                   /* an axis other than the last */
@@ -223,6 +223,29 @@ static void single_ops(void)
     outs[n++] = lz_maximum(a, lz_tanh(lz_sigmoid(lz_exp(lz_log(lz_sqrt(lz_rsqrt(lz_mul(a, a))))))));
     const int64_t e3[3] = {5, 4, 6};
     outs[n++] = lz_expand(a, 3, e3);
+    /* the ops added for models from PyTorch */
+    lz_requires_grad(a, 1);
+    lz_tensor *pos = lz_add(lz_relu(a), lz_scale(lz_exp(a), 0.1f));
+    outs[n++] = lz_add(lz_silu(a), lz_mul(lz_sin(a), lz_cos(pos)));
+    outs[n++] = lz_minimum(a, lz_ne(a, lz_relu(a)));
+    outs[n++] = lz_tri_mask(a, 1, 0, -1e9f);
+    outs[n++] = lz_cumsum(x, 2);
+    int64_t gi[24];
+    for (int i = 0; i < 24; i++) gi[i] = (i * 5) % 6;
+    lz_tensor *idx = lz_from_host(gi, LZ_I64, 2, s2);
+    outs[n++] = lz_gather(a, 1, idx);
+    outs[n++] = lz_cast(lz_argmax(x, 1, 0), LZ_F32);
+    int64_t tg[4] = {1, -100, 5, 0};
+    lz_tensor *target = lz_from_host(tg, LZ_I64, 1, (int64_t[]){4});
+    lz_cross_entropy_opts ce = {.weight = lz_test_rand(9, 0.5f, 1.5f, 1, (int64_t[]){6}), .ignore_index = -100,
+                                .use_ignore_index = 1, .label_smoothing = 0.1f, .reduction = LZ_REDUCTION_MEAN};
+    outs[n++] = lz_cross_entropy_ex(a, target, &ce);
+    outs[n++] = lz_scatter_add(a, 1, idx, a);
+    lz_tensor *ps[1] = {a};
+    lz_tensor *l = lz_add(lz_sum(outs[n - 2]), lz_sum(lz_mul(outs[n - 4], outs[n - 4])));
+    CHECK(l && lz_backward(l) == 0);
+    outs[n++] = lz_clip_grad_norm(ps, 1, 0.5f);
+    outs[n++] = lz_grad(a);
     for (int k = 0; k < n; k++) CHECK(outs[k] != NULL);
     CHECK(lz_sync(outs, n, 1) == 0);
     lz_scope_end();
@@ -309,6 +332,10 @@ static void arg_structs(void)
     SIZE_CHECK(lz_cu_ln_args);
     ALIGN_CHECK(lz_cu_ln_args);
     SIZE_CHECK(lz_cu_pool_args);
+    SIZE_CHECK(lz_cu_ce_args);
+    ALIGN_CHECK(lz_cu_ce_args);
+    SIZE_CHECK(lz_cu_index_args);
+    ALIGN_CHECK(lz_cu_index_args);
     ALIGN_CHECK(lz_cu_pool_args);
     CHECK(!src.oom);
     lz_cu_image img = {0};

@@ -68,7 +68,7 @@ static int cooperative(const char *kernel)
 {
     static const char *const names[] = {"lz_softmax_warp", "lz_softmax_block", "lz_xent_rows", "lz_xent_mean",
                                         "lz_xent_grad", "lz_reduce_rows", "lz_bn_partial", "lz_layer_norm",
-                                        "lz_layer_norm_grad"};
+                                        "lz_layer_norm_grad", "lz_ce_rows", "lz_ce_rows_grad"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(kernel, names[i])) return 1;
     return 0;
@@ -334,7 +334,7 @@ static void single_ops(void)
     lz_tensor *x = lz_test_rand(2, -1, 1, 4, s4), *a = lz_test_rand(3, -1, 1, 2, s2);
     lz_requires_grad(x, 1);
     lz_requires_grad(a, 1);
-    lz_tensor *outs[24];
+    lz_tensor *outs[32];
     int n = 0;
     const int axes01[2] = {0, 2}, perm[4] = {3, 1, 0, 2};
     outs[n++] = lz_softmax(x, 1);
@@ -359,12 +359,29 @@ static void single_ops(void)
     outs[n++] = lz_dropout(a, 0.25f, 1);
     const int64_t e3[3] = {5, 4, 6};
     outs[n++] = lz_expand(a, 3, e3);
+    /* the ops added for models from PyTorch */
+    lz_tensor *pos = lz_add(lz_relu(a), lz_scale(lz_exp(a), 0.1f));
+    outs[n++] = lz_add(lz_silu(a), lz_mul(lz_sin(a), lz_cos(pos)));
+    outs[n++] = lz_minimum(a, lz_ne(a, lz_relu(a)));
+    outs[n++] = lz_tri_mask(a, 1, 0, -1e9f);
+    outs[n++] = lz_cumsum(x, 2);
+    int64_t gi[24];
+    for (int i = 0; i < 24; i++) gi[i] = (i * 5) % 6;
+    lz_tensor *idx = lz_from_host(gi, LZ_I64, 2, s2);
+    outs[n++] = lz_gather(a, 1, idx);
+    outs[n++] = lz_cast(lz_argmax(x, 1, 0), LZ_F32);
+    int64_t tg[4] = {1, -100, 5, 0};
+    lz_tensor *target = lz_from_host(tg, LZ_I64, 1, (int64_t[]){4});
+    lz_cross_entropy_opts ce = {.weight = lz_test_rand(9, 0.5f, 1.5f, 1, (int64_t[]){6}), .ignore_index = -100,
+                                .use_ignore_index = 1, .label_smoothing = 0.1f, .reduction = LZ_REDUCTION_MEAN};
+    outs[n++] = lz_cross_entropy_ex(a, target, &ce);
     for (int k = 0; k < n; k++) CHECK(outs[k] != NULL);
     CHECK(lz_sync(outs, n, 1) == 0);
     /* their gradients: every backward op of the list */
     lz_tensor *loss = NULL;
     for (int k = 0; k < n; k++) {
-        if (lz_tensor_dtype(outs[k]) != LZ_F32 || k == 5 || k >= 14) continue;   /* not integer, not drawn */
+        /* not the integer sum (5), the draws (14-17), ne's (19) or argmax's */
+        if (lz_tensor_dtype(outs[k]) != LZ_F32 || k == 5 || (k >= 14 && k <= 16) || k == 19 || k == 23) continue;
         lz_tensor *t = lz_sum(lz_mul(outs[k], outs[k]));
         loss = loss ? lz_add(loss, t) : t;
     }

@@ -215,6 +215,16 @@ static int expr(const lz_program *p, const lz_instr *s, char x[][16], const int 
     case LZ_OP_WHERE: return snprintf(buf, n, "%s != 0 ? %s : %s", a, b, c) < 0;
     case LZ_OP_RELU_GRAD: return f32 ? snprintf(buf, n, "%s > 0 ? %s : 0.0f", a, b) < 0 : -1;
     case LZ_OP_GELU_GRAD: return f32 ? snprintf(buf, n, "%s * lz_gelu_grad(%s)", b, a) < 0 : -1;
+    /* the ops added for models from PyTorch (backends/cpu/k_elementwise_ext.c) */
+    case LZ_OP_SILU: return f32 ? snprintf(buf, n, "lz_silu(%s)", a) < 0 : -1;
+    case LZ_OP_SILU_GRAD: return f32 ? snprintf(buf, n, "lz_silu_grad(%s, %s)", a, b) < 0 : -1;
+    case LZ_OP_SIN: return f32 ? snprintf(buf, n, "sinf(%s)", a) < 0 : -1;
+    case LZ_OP_COS: return f32 ? snprintf(buf, n, "cosf(%s)", a) < 0 : -1;
+    case LZ_OP_CLIP_COEF: return f32 ? snprintf(buf, n, "lz_clip_coef(%s, %s)", a, k) < 0 : -1;
+    case LZ_OP_NE: return snprintf(buf, n, "%s != %s ? 1.0f : 0.0f", a, b) < 0;
+    case LZ_OP_MINIMUM:
+        if (f32) return snprintf(buf, n, "lz_minf(%s, %s)", a, b) < 0;
+        return ints ? snprintf(buf, n, "%s < %s ? %s : %s", a, b, a, b) < 0 : -1;
     default: return -1;
     }
 }

@@ -140,6 +140,16 @@ const char *lz_cu_status_take(void)
                         st->code == LZ_CU_BAD_EMBEDDING ? "lz_embedding" : "lz_embedding (backward)", value, what,
                         limit);
         break;
+    case LZ_CU_BAD_TARGET_EX:
+    case LZ_CU_BAD_TARGET_EX_IGNORE:
+        msg = lz_cu_msg("lz_cross_entropy_ex: target[%lld] = %lld is out of range for %lld classes%s", what, value,
+                        limit, st->code == LZ_CU_BAD_TARGET_EX_IGNORE ? " and is not ignore_index" : "");
+        break;
+    case LZ_CU_BAD_GATHER:
+    case LZ_CU_BAD_SCATTER:
+        msg = lz_cu_msg("%s: index %lld (element %lld of the indices) is out of range for an axis of %lld",
+                        st->code == LZ_CU_BAD_GATHER ? "lz_gather" : "lz_scatter_add", value, what, limit);
+        break;
     default:
         msg = st->code > 0 ? lz_cu_msg("cuda: a kernel reported bad data (code %d)", st->code) : NULL;
         break;

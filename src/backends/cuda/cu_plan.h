@@ -36,7 +36,7 @@ void lz_cu_float_literal(char *buf, size_t n, float v);
    program's generated one ---- */
 enum {
     LZ_CU_MOD_MISC, LZ_CU_MOD_RANDOM, LZ_CU_MOD_REDUCE, LZ_CU_MOD_SOFTMAX, LZ_CU_MOD_NORM,
-    LZ_CU_MOD_POOL, LZ_CU_N_MODULES,
+    LZ_CU_MOD_POOL, LZ_CU_MOD_INDEX, LZ_CU_N_MODULES,
     LZ_CU_MOD_GENERATED = LZ_CU_N_MODULES,
 };
 /* a family module's file under kernels/ (k_misc.cu ...) */
@@ -179,6 +179,7 @@ int lz_cu_plan_pool(lz_cu_planner *pl, const lz_instr *s, int *rc);          /* 
 int lz_cu_plan_nn(lz_cu_planner *pl, const lz_instr *s, int *rc);            /* f_nn.c */
 int lz_cu_plan_matmul(lz_cu_planner *pl, const lz_instr *s, int *rc);        /* f_matmul.c */
 int lz_cu_plan_conv(lz_cu_planner *pl, const lz_instr *s, int *rc);          /* f_conv.c */
+int lz_cu_plan_index(lz_cu_planner *pl, const lz_instr *s, int *rc);         /* f_index.c */
 
 /* The CUDA source of one element-wise step (unfused or a fused chain) as
    kernel lz_ew_<index>, appended to src; slots[k] gets the value whose

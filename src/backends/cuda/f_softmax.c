@@ -64,6 +64,40 @@ static int cross_entropy(lz_cu_planner *pl, const lz_instr *s, int grad)
     return lz_cu_patch(pl, m, offsetof(lz_cu_xent_args, loss), s->out, 0);
 }
 
+/* cross-entropy with torch's options: CE_ROWS (logits, target[, weight]),
+   CE_ROWS_GRAD (logits, target, g[, weight]), CE_ROW_WEIGHT (target[,
+   weight]); iattr[0] ignore_index, [1] uses it, [2] has a weight, [3] the
+   classes (CE_ROW_WEIGHT); fattr[0] label smoothing */
+static int cross_entropy_ex(lz_cu_planner *pl, const lz_instr *s)
+{
+    const lz_program *p = pl->plan->prog;
+    const int weight_only = s->op == LZ_OP_CE_ROW_WEIGHT, first = weight_only ? 0 : 1;
+    const lz_value *vt = &p->values[s->in[first]];
+    if (vt->dtype != LZ_I64 && vt->dtype != LZ_I32) return lz_cu_fail(pl, "integer targets only");
+    lz_cu_ce_args a = {.n = vt->numel, .ignore = s->iattr[0], .use_ignore = (int)s->iattr[1],
+                       .eps = s->fattr[0], .is64 = vt->dtype == LZ_I64};
+    if (!weight_only) {
+        const lz_value *vl = &p->values[s->in[0]];
+        if (vl->dtype != LZ_F32 || vl->ndim != 2) return lz_cu_fail(pl, "float32 logits [N, C] only");
+        a.c = vl->shape[1];
+    }
+    a.classes = weight_only ? s->iattr[3] : a.c;
+    const int has_w = s->iattr[2] != 0;
+    const int w_at = s->op == LZ_OP_CE_ROWS ? 2 : s->op == LZ_OP_CE_ROWS_GRAD ? 3 : 1;
+    if (!a.n) return 0;
+    const char *kernel = s->op == LZ_OP_CE_ROWS ? "lz_ce_rows" : s->op == LZ_OP_CE_ROWS_GRAD ? "lz_ce_rows_grad"
+                                                                                          : "lz_ce_row_weight";
+    lz_cu_launch *l = lz_cu_add_launch(pl, LZ_CU_MOD_SOFTMAX, kernel, weight_only ? a.n : a.n * 32, LZ_CU_BLOCK,
+                                       &a, sizeof a);
+    if (!l || lz_cu_patch(pl, l, offsetof(lz_cu_ce_args, target), s->in[first], 0) ||
+        lz_cu_patch(pl, l, offsetof(lz_cu_ce_args, y), s->out, 0) ||
+        lz_cu_patch(pl, l, offsetof(lz_cu_ce_args, status), LZ_CU_REF_STATUS, 0) ||
+        (!weight_only && lz_cu_patch(pl, l, offsetof(lz_cu_ce_args, x), s->in[0], 0)) ||
+        (s->op == LZ_OP_CE_ROWS_GRAD && lz_cu_patch(pl, l, offsetof(lz_cu_ce_args, g), s->in[2], 0)))
+        return -1;
+    return has_w ? lz_cu_patch(pl, l, offsetof(lz_cu_ce_args, w), s->in[w_at], 0) : 0;
+}
+
 int lz_cu_plan_softmax(lz_cu_planner *pl, const lz_instr *s, int *rc)
 {
     switch ((lz_op)s->op) {
@@ -73,6 +107,9 @@ int lz_cu_plan_softmax(lz_cu_planner *pl, const lz_instr *s, int *rc)
     case LZ_OP_LOG_SOFTMAX_GRAD: *rc = softmax(pl, s, LZ_CU_LOG_SOFTMAX_GRAD); return 1;
     case LZ_OP_CROSS_ENTROPY: *rc = cross_entropy(pl, s, 0); return 1;
     case LZ_OP_CROSS_ENTROPY_GRAD: *rc = cross_entropy(pl, s, 1); return 1;
+    case LZ_OP_CE_ROWS:
+    case LZ_OP_CE_ROWS_GRAD:
+    case LZ_OP_CE_ROW_WEIGHT: *rc = cross_entropy_ex(pl, s); return 1;
     default: return 0;
     }
 }

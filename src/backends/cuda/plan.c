@@ -58,7 +58,7 @@ void lz_cu_float_literal(char *buf, size_t n, float v)
 static const char *const module_files[LZ_CU_N_MODULES] = {
     [LZ_CU_MOD_MISC] = "k_misc.cu", [LZ_CU_MOD_RANDOM] = "k_random.cu",
     [LZ_CU_MOD_REDUCE] = "k_reduce.cu", [LZ_CU_MOD_SOFTMAX] = "k_softmax.cu",
-    [LZ_CU_MOD_NORM] = "k_norm.cu", [LZ_CU_MOD_POOL] = "k_pool.cu",
+    [LZ_CU_MOD_NORM] = "k_norm.cu", [LZ_CU_MOD_POOL] = "k_pool.cu", [LZ_CU_MOD_INDEX] = "k_index.cu",
 };
 
 const char *lz_cu_module_file(int module)
@@ -226,7 +226,7 @@ lz_cu_plan *lz_cu_plan_make(const lz_program *p, char *err, size_t errn)
     int (*const families[])(lz_cu_planner *, const lz_instr *, int *) = {
         lz_cu_plan_elementwise, lz_cu_plan_shape, lz_cu_plan_reduce, lz_cu_plan_softmax,
         lz_cu_plan_norm,        lz_cu_plan_pool,  lz_cu_plan_nn,     lz_cu_plan_matmul,
-        lz_cu_plan_conv,
+        lz_cu_plan_conv,        lz_cu_plan_index,
     };
     lz_cu_plan *plan = calloc(1, sizeof *plan);
     if (plan) plan->steps = calloc((size_t)(p->n_steps ? p->n_steps : 1), sizeof *plan->steps);

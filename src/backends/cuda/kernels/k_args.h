@@ -20,7 +20,10 @@ typedef struct lz_cu_status {
     int pad;
     long long what, value, limit;
 } lz_cu_status;
-enum { LZ_CU_BAD_NONE, LZ_CU_BAD_TARGET, LZ_CU_BAD_EMBEDDING, LZ_CU_BAD_EMBEDDING_GRAD };
+enum {
+    LZ_CU_BAD_NONE, LZ_CU_BAD_TARGET, LZ_CU_BAD_EMBEDDING, LZ_CU_BAD_EMBEDDING_GRAD, LZ_CU_BAD_TARGET_EX,
+    LZ_CU_BAD_TARGET_EX_IGNORE, LZ_CU_BAD_GATHER, LZ_CU_BAD_SCATTER,
+};
 
 /* ---- k_misc.cu ---- */
 typedef struct lz_cu_fill_args {          /* dst = n words of `width` bytes, each `value` */
@@ -124,6 +127,18 @@ typedef struct lz_cu_xent_args {          /* cross-entropy over logits [n, c] */
     int is64, pad;
 } lz_cu_xent_args;
 
+/* cross-entropy with torch's options (LZ_OP_CE_ROWS, _GRAD, _ROW_WEIGHT):
+   per-row losses with ignore_index, class weights, label smoothing eps */
+typedef struct lz_cu_ce_args {
+    const float *x, *w, *g;      /* logits [n, c]; weights [c] or NULL; the gradient's g [n] */
+    const void *target;
+    void *y;                     /* losses [n], dx [n, c] or row weights [n] */
+    lz_cu_status *status;
+    long long n, c, ignore, classes;
+    float eps;
+    int is64, use_ignore;
+} lz_cu_ce_args;
+
 /* ---- k_norm.cu ---- */
 /* Batch norm over axis 1 of x [N, C, S]. The statistics' partial sums go
    per (channel, split) to `partial` (double [2][splits][C]); the finishing
@@ -146,6 +161,17 @@ typedef struct lz_cu_ln_args {            /* rows of d elements */
     float eps;
     int pad;
 } lz_cu_ln_args;
+
+/* ---- k_index.cu: the triangular mask, cumsum, gather, scatter-add, argmax ---- */
+typedef struct lz_cu_index_args {
+    const void *x, *idx;
+    void *y;
+    lz_cu_status *status;
+    long long outer, n, inner, numel, rows, cols, k;
+    long long ishape[LZ_CU_MAX_DIMS], fshape[LZ_CU_MAX_DIMS];   /* gather: the indices' and the full shape */
+    float fill;
+    int dtype, is64, axis, ndim, upper, rev;
+} lz_cu_index_args;
 
 /* ---- k_pool.cu ---- */
 enum { LZ_CU_MAX_POOL, LZ_CU_AVG_POOL, LZ_CU_ADAPTIVE_POOL };

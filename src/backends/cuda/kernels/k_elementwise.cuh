@@ -34,6 +34,21 @@ static __device__ __forceinline__ int lz_f2i32(float x)
 }
 
 static __device__ __forceinline__ float lz_maxf(float a, float b) { return (a != a || a > b) ? a : b; }
+static __device__ __forceinline__ float lz_minf(float a, float b) { return (a != a || a < b) ? a : b; }
+
+/* torch's: x / (1 + exp(-x)), and g * s * (1 + x * (1 - s)) */
+static __device__ __forceinline__ float lz_silu(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float lz_silu_grad(float x, float g)
+{
+    const float s = 1.0f / (1.0f + expf(-x));
+    return g * s * (1.0f + x * (1.0f - s));
+}
+
+/* clip_grad_norm_'s coefficient: max_norm / (norm + 1e-6), at most 1; NaN stays */
+static __device__ __forceinline__ float lz_clip_coef(float x, float max_norm)
+{
+    return x != x ? x : fminf(max_norm / (x + 1e-6f), 1.0f);
+}
 static __device__ __forceinline__ i64 lz_maxi(i64 a, i64 b) { return a > b ? a : b; }
 
 #endif

@@ -166,3 +166,103 @@ extern "C" __global__ void lz_xent_grad(const lz_cu_xent_args a)
         for (i64 j = lane; j < a.c; j += 32) dx[j] = expf(x[j] - mx) * inv - (j == t ? scale : 0.0f);
     }
 }
+
+/* ---- cross-entropy with torch's options (backends/cpu/k_loss_ext.c) ---- */
+
+static __device__ __forceinline__ int ce_ignored(const lz_cu_ce_args &a, i64 t)
+{
+    return a.use_ignore && t == a.ignore;
+}
+
+static __device__ __forceinline__ float ce_w(const lz_cu_ce_args &a, i64 j) { return a.w ? a.w[j] : 1.0f; }
+
+static __device__ void ce_bad(const lz_cu_ce_args &a, i64 i, i64 t)
+{
+    lz_report(a.status, a.use_ignore ? LZ_CU_BAD_TARGET_EX_IGNORE : LZ_CU_BAD_TARGET_EX, i, t, a.classes);
+}
+
+/* per-row loss, a warp per row: w_t ((max - x_t) + lse), smoothed by eps */
+extern "C" __global__ void lz_ce_rows(const lz_cu_ce_args a)
+{
+    const int lane = threadIdx.x & 31;
+    const i64 w0 = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((i64)gridDim.x * blockDim.x) >> 5;
+    float *y = (float *)a.y;
+    for (i64 i = w0; i < a.n; i += nw) {
+        const float *x = a.x + i * a.c;
+        const i64 t = lz_index_at(a.target, a.is64, i);
+        if (ce_ignored(a, t)) {
+            if (!lane) y[i] = 0.0f;
+            continue;
+        }
+        if (t < 0 || t >= a.c) {
+            if (!lane) {
+                ce_bad(a, i, t);
+                y[i] = LZ_NAN;
+            }
+            continue;
+        }
+        float mx = -LZ_INF, s = 0.0f;
+        for (i64 j = lane; j < a.c; j += 32) mx = fmaxf(mx, x[j]);
+        mx = lz_warp_max(mx);
+        for (i64 j = lane; j < a.c; j += 32) s += expf(x[j] - mx);
+        const float lse = logf(lz_warp_sum(s));
+        double sm = 0.0;
+        if (a.eps != 0.0f)
+            for (i64 j = lane; j < a.c; j += 32) sm += (double)ce_w(a, j) * ((mx - x[j]) + lse);
+        sm = lz_warp_sum_d(sm);
+        if (lane) continue;
+        float loss = ce_w(a, t) * ((mx - x[t]) + lse);
+        if (a.eps != 0.0f) loss = (1.0f - a.eps) * loss + a.eps / (float)a.c * (float)sm;
+        y[i] = loss;
+    }
+}
+
+/* dx_j = g_i ((1 - eps) w_t (p_j - [j == t]) + eps / C (W p_j - w_j)), W = sum w */
+extern "C" __global__ void lz_ce_rows_grad(const lz_cu_ce_args a)
+{
+    const int lane = threadIdx.x & 31;
+    const i64 w0 = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((i64)gridDim.x * blockDim.x) >> 5;
+    float *dxall = (float *)a.y;
+    for (i64 i = w0; i < a.n; i += nw) {
+        const float *x = a.x + i * a.c;
+        float *dx = dxall + i * a.c;
+        const i64 t = lz_index_at(a.target, a.is64, i);
+        if (ce_ignored(a, t) || t < 0 || t >= a.c) {
+            if (!ce_ignored(a, t) && !lane) ce_bad(a, i, t);
+            for (i64 j = lane; j < a.c; j += 32) dx[j] = ce_ignored(a, t) ? 0.0f : LZ_NAN;
+            continue;
+        }
+        float mx = -LZ_INF, s = 0.0f, ws = 0.0f;
+        for (i64 j = lane; j < a.c; j += 32) {
+            mx = fmaxf(mx, x[j]);
+            ws += ce_w(a, j);
+        }
+        mx = lz_warp_max(mx);
+        const float wsum = a.w ? lz_warp_sum(ws) : (float)a.c;
+        for (i64 j = lane; j < a.c; j += 32) s += expf(x[j] - mx);
+        const float inv = 1.0f / lz_warp_sum(s);
+        const float ct = a.g[i] * (1.0f - a.eps) * ce_w(a, t), cs = a.g[i] * a.eps / (float)a.c;
+        for (i64 j = lane; j < a.c; j += 32) {
+            const float pj = expf(x[j] - mx) * inv;
+            dx[j] = ct * pj + (a.eps != 0.0f ? cs * (wsum * pj - ce_w(a, j)) : 0.0f) - (j == t ? ct : 0.0f);
+        }
+    }
+}
+
+/* each row's weight in a mean: w_t or 1, 0 when ignored */
+extern "C" __global__ void lz_ce_row_weight(const lz_cu_ce_args a)
+{
+    LZ_GRID_LOOP(i, a.n) {
+        const i64 t = lz_index_at(a.target, a.is64, i);
+        float v = 0.0f;
+        if (!ce_ignored(a, t)) {
+            if (t < 0 || t >= a.classes) {
+                ce_bad(a, i, t);
+                v = LZ_NAN;
+            } else {
+                v = ce_w(a, t);
+            }
+        }
+        ((float *)a.y)[i] = v;
+    }
+}
