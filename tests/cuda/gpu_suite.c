@@ -226,6 +226,36 @@ static void ops_shape_embed(void)
     grads("sh", all, names, 2);
 }
 
+/* the ops added for models from PyTorch */
+static void ops_ext(void)
+{
+    const int64_t s2[2] = {48, 70}, x3[3] = {6, 9, 11};
+    lz_tensor *a = param(60, -2, 2, 2, s2), *x = param(61, -1, 1, 3, x3);
+    lz_tensor *y = lz_add(lz_silu(a), lz_mul(lz_sin(a), lz_cos(lz_scale(a, 3.0f))));
+    y = lz_minimum(y, lz_add(a, lz_ne(a, lz_relu(a))));
+    keep("ext", "silu_sin_cos_min", y);
+    keep("ext", "tri_mask", lz_tri_mask(a, 2, 1, -5.0f));
+    keep("ext", "cumsum", lz_cumsum(x, 1));
+    int64_t gi[48 * 70];
+    for (int i = 0; i < 48 * 70; i++) gi[i] = (i * 7) % 70;
+    lz_tensor *idx = lz_from_host(gi, LZ_I64, 2, s2);
+    lz_tensor *g = lz_gather(a, 1, idx);
+    keep("ext", "gather", g);
+    keep("ext", "argmax", lz_cast(lz_argmax(x, 2, 0), LZ_F32));
+    int64_t tg[48];
+    for (int i = 0; i < 48; i++) tg[i] = i % 5 == 0 ? -100 : (i * 13) % 70;
+    lz_tensor *target = lz_from_host(tg, LZ_I64, 1, (int64_t[]){48});
+    lz_cross_entropy_opts ce = {.weight = lz_test_rand(62, 0.5f, 1.5f, 1, (int64_t[]){70}), .ignore_index = -100,
+                                .use_ignore_index = 1, .label_smoothing = 0.1f};
+    lz_tensor *l = lz_cross_entropy_ex(a, target, &ce);
+    keep("ext", "ce_ex", l);
+    lz_tensor *s = lz_add(lz_add(l, lz_sum(lz_mul(y, y))), lz_sum(lz_mul(g, g)));
+    CHECK(lz_backward(lz_add(s, lz_sum(lz_mul(lz_cumsum(x, 1), x)))) == 0);
+    lz_tensor *all[2] = {a, x};
+    const char *names[2] = {"a", "x"};
+    grads("ext", all, names, 2);
+}
+
 /* the generator: bitwise the same on every device */
 static void ops_random(void)
 {
@@ -261,7 +291,7 @@ static int cmd_ops(const char *file)
 {
     out_set = lz_params_new();
     void (*const groups[])(void) = {ops_elementwise, ops_reduce, ops_softmax, ops_linalg, ops_conv,
-                                    ops_pool_norm, ops_shape_embed, ops_random, ops_autocast};
+                                    ops_pool_norm, ops_shape_embed, ops_ext, ops_random, ops_autocast};
     for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
         lz_scope_begin();
         groups[g]();
