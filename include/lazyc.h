@@ -276,6 +276,78 @@ LZ_API lz_tensor *lz_flatten(lz_tensor *x, int start_axis);
    broadcastable) may be NULL; scale 0 means 1/sqrt(head dim). */
 LZ_API lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mask, float scale);
 
+/* ---- ops added for models from PyTorch (docs/api.md, "PyTorch's ops") -- */
+
+LZ_API lz_tensor *lz_silu(lz_tensor *x);                  /* x * sigmoid(x) (SiLU, swish) */
+LZ_API lz_tensor *lz_sin(lz_tensor *x);
+LZ_API lz_tensor *lz_cos(lz_tensor *x);
+/* a != b as f32 0/1 (any dtype, no gradient), like the other comparisons. */
+LZ_API lz_tensor *lz_ne(lz_tensor *a, lz_tensor *b);
+/* Like torch.minimum: NaN wins, ties split the gradient in halves. */
+LZ_API lz_tensor *lz_minimum(lz_tensor *a, lz_tensor *b);
+/* torch.tril (upper 0) / torch.triu (upper 1) over the last two axes with
+   diagonal k; the elements cut off become fill (0 for tril/triu, -inf for
+   a causal mask). f32, i64 or i32. */
+LZ_API lz_tensor *lz_tri_mask(lz_tensor *x, int64_t k, int upper, float fill);
+/* Running sum along axis (f32 summed in double, as torch's CPU kernel). */
+LZ_API lz_tensor *lz_cumsum(lz_tensor *x, int axis);
+/* torch.gather: out has idx's shape (same ndim as x, no larger than x off
+   the axis), out[..i..] = x[.., idx[..i..], ..] along axis. idx i64/i32;
+   an index out of range fails the execution naming it. */
+LZ_API lz_tensor *lz_gather(lz_tensor *x, int axis, lz_tensor *idx);
+/* base + src added at idx along axis (torch.scatter_add): src has idx's
+   shape; a slot hit twice gets both. f32. */
+LZ_API lz_tensor *lz_scatter_add(lz_tensor *base, int axis, lz_tensor *idx, lz_tensor *src);
+/* torch.index_select: the entries idx (1-d) of axis, in that order. */
+LZ_API lz_tensor *lz_index_select(lz_tensor *x, int axis, lz_tensor *idx);
+/* i64 index of the first maximum along axis (NaN counts as the maximum). */
+LZ_API lz_tensor *lz_argmax(lz_tensor *x, int axis, int keepdim);
+
+/* Cross-entropy with torch's options. opts may be NULL (mean, no ignored
+   index, no weight, no smoothing: lz_cross_entropy's value). */
+typedef enum { LZ_REDUCTION_MEAN = 0, LZ_REDUCTION_SUM, LZ_REDUCTION_NONE } lz_reduction;
+typedef struct lz_cross_entropy_opts {
+    lz_tensor *weight;        /* [C] class weights (no gradient), or NULL */
+    int64_t ignore_index;     /* with use_ignore_index: targets equal to it add 0 and weigh 0 */
+    int use_ignore_index;     /* torch always uses one (its default is -100) */
+    float label_smoothing;    /* in [0, 1] */
+    lz_reduction reduction;   /* mean divides by the targets' summed weight, as torch */
+} lz_cross_entropy_opts;
+/* logits [N, C] f32, target [N] i64/i32 -> 0-d (mean, sum) or [N] (none). */
+LZ_API lz_tensor *lz_cross_entropy_ex(lz_tensor *logits, lz_tensor *target,
+                                      const lz_cross_entropy_opts *opts);
+
+/* x * rsqrt(mean(x^2 over the last n_axes) + eps) * weight (weight may be
+   NULL): torch's nn.RMSNorm, HF's LlamaRMSNorm. */
+LZ_API lz_tensor *lz_rms_norm(lz_tensor *x, int n_axes, lz_tensor *weight, float eps);
+/* nn.GroupNorm over x [N, C, ...]: groups of C/groups channels normalised
+   per sample, then weight/bias [C] (either may be NULL). */
+LZ_API lz_tensor *lz_group_norm(lz_tensor *x, int groups, lz_tensor *weight, lz_tensor *bias, float eps);
+/* Element-wise losses with torch's reduction (f32, same shapes or broadcast). */
+LZ_API lz_tensor *lz_mse_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction);
+LZ_API lz_tensor *lz_l1_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction);
+LZ_API lz_tensor *lz_smooth_l1_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction, float beta);
+/* torch's binary_cross_entropy_with_logits; weight and pos_weight may be NULL. */
+LZ_API lz_tensor *lz_bce_with_logits(lz_tensor *logits, lz_tensor *target, lz_tensor *weight,
+                                     lz_tensor *pos_weight, lz_reduction reduction);
+
+/* lz_attention with torch's scaled_dot_product_attention options. */
+typedef struct lz_attention_opts {
+    lz_tensor *mask;          /* additive and broadcastable, or NULL */
+    float scale;              /* 0: 1/sqrt(head dim) */
+    int causal;               /* query i sees keys j <= i (torch's is_causal) */
+    float dropout_p;          /* dropout on the attention weights, drawn in the graph */
+    int enable_gqa;           /* k, v may have fewer heads (axis -3) than q, dividing them */
+} lz_attention_opts;
+LZ_API lz_tensor *lz_attention_ex(lz_tensor *q, lz_tensor *k, lz_tensor *v, const lz_attention_opts *opts);
+
+/* torch.nn.utils.clip_grad_norm_ in the graph: scales the gradients of
+   params[0..n) (those without one are skipped) by min(max_norm / (norm +
+   1e-6), 1) and returns the total 2-norm before clipping as a new 0-d
+   tensor. Call between lz_backward and the optimizer step. NULL + error
+   when no tensor has a gradient or max_norm is not positive. */
+LZ_API lz_tensor *lz_clip_grad_norm(lz_tensor *const *params, int n, float max_norm);
+
 /* ---- random numbers -------------------------------------------------- */
 
 /* Seeds the counter-based generator. Its seed and counter are data that
