@@ -69,7 +69,8 @@ typedef enum { LZ_F32, LZ_I64, LZ_I32, LZ_BF16 } lz_dtype;
    (or the program) or where the dynamic loader looks. Call it before the
    first tensor (LZ_DEVICE chooses otherwise; "cpu" by default). 0, or -1
    and an error naming why: unknown name, lazyc built without it, no
-   device present, tensors already made on another device. */
+   device present, tensors already made on another device. The device
+   stays for the process (lz_shutdown keeps it). */
 LZ_API int         lz_device_use(const char *name);
 /* The device tensors live on, or (before the first tensor) will. */
 LZ_API const char *lz_device_name(void);
