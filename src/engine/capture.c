@@ -442,7 +442,10 @@ static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out, char *k
     return 0;
 }
 
-/* The tensors alive when a trace starts, each held for the trace. */
+/* The tensors alive when a trace starts, each held for the trace, and
+   their buffers then, held too: the function may drop a buffer (an
+   assignment, autocast's copy refreshed by an optimizer), and a new one
+   made at its address must not be taken for it. */
 typedef struct snapshot {
     lz_tensor **t;
     lz_buffer **buf;         /* its buffer then */
@@ -450,11 +453,18 @@ typedef struct snapshot {
     lz_buffer **gbuf;        /* that gradient's buffer then */
     char *alive;             /* held by the program then */
     lz_buffer **inbuf;       /* each explicit input's buffer then */
-    int n;
+    int n, n_in;
+    int holds_buffers;
     uint32_t epoch;
 } snapshot;
 
 static uint32_t snapshot_epoch;
+
+static lz_buffer *hold_buffer(lz_buffer *b)
+{
+    if (b) lz_buffer_ref(b);
+    return b;
+}
 
 static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
 {
@@ -474,22 +484,39 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
         return lz_errorf_int("lz_call: out of memory starting a trace (%d tensors alive)", n);
     }
     s->epoch = ++snapshot_epoch;
-    for (int k = 0; k < n_in; k++) s->inbuf[k] = in[k]->node->buf;
+    s->n_in = n_in;
+    s->holds_buffers = 1;
+    for (int k = 0; k < n_in; k++) s->inbuf[k] = hold_buffer(in[k]->node->buf);
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) {
         s->alive[s->n] = lz_tensor_held(t, 0);
         lz_tensor_ref(t);
         t->capture_epoch = s->epoch;
         s->t[s->n] = t;
-        s->buf[s->n] = t->node->buf;
+        s->buf[s->n] = hold_buffer(t->node->buf);
         s->grad[s->n] = t->grad;
-        s->gbuf[s->n] = t->grad ? t->grad->node->buf : NULL;
+        s->gbuf[s->n] = hold_buffer(t->grad ? t->grad->node->buf : NULL);
         s->n++;
     }
     return 0;
 }
 
+/* Before anything executes (a held buffer could not be written in
+   place): the binding that compares them is done by then. */
+static void release_snapshot_buffers(snapshot *s)
+{
+    if (!s->holds_buffers) return;
+    s->holds_buffers = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->buf[i]) lz_buffer_unref(s->buf[i]);
+        if (s->gbuf[i]) lz_buffer_unref(s->gbuf[i]);
+    }
+    for (int k = 0; k < s->n_in; k++)
+        if (s->inbuf[k]) lz_buffer_unref(s->inbuf[k]);
+}
+
 static void drop_snapshot(snapshot *s)
 {
+    release_snapshot_buffers(s);
     for (int i = 0; i < s->n; i++) lz_tensor_unref(s->t[i]);
     free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive);
     free(s->inbuf);
@@ -995,8 +1022,9 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
    traced on every call, or short of memory to capture it: a later call
    traces again); if that fails, nothing stays pending and the outputs it
    made are dropped. */
-static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0)
+static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0, snapshot *s)
 {
+    if (s) release_snapshot_buffers(s);
     int rc = lz_step_all();
     if (rc != 0) {
         fail_pending();
@@ -1038,19 +1066,20 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                    "will be traced on every call", break_reason);
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
-        rc = run_uncaptured(f, out, serial0);
+        rc = run_uncaptured(f, out, serial0, &s);
         goto done;
     }
     /* a tensor made here from host memory went unnoted: not bindable */
-    if (notes_lost) { rc = run_uncaptured(f, out, serial0); goto done; }
-    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = run_uncaptured(f, out, serial0); goto done; }
+    if (notes_lost) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
+    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
     if (library_state_made || (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out))) {
         /* without its leaves recorded, the next call warms up again */
         tr->warmed_up = record_leaves(tr, &s, NULL, 0) == 0;
         tr->leaf_epoch = leaf_epoch;
         lz_node **roots = NULL;
         int n_roots = trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
+        if (n_roots < 0) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
+        release_snapshot_buffers(&s);
         rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : 0;
         free(roots);
         if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
@@ -1062,13 +1091,13 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_tensor **live = NULL;
     int n_live = 0;
     int n_roots = trace_roots(f, out, s.epoch, &roots, &live, &n_live);
-    if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
+    if (n_roots < 0) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
     double t0 = lz_now_ms();
     lz_graph g;
     if (lz_graph_cut(&g, roots, n_roots) != 0) {
         free(roots);
         free(live);
-        rc = run_uncaptured(f, out, serial0);
+        rc = run_uncaptured(f, out, serial0, &s);
         goto done;
     }
     lz_counters.graphs++;
@@ -1081,6 +1110,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     const void **was = NULL;
     int n_was = checking && tr->captured ? tr->n_slots : 0;
     if (!exe) {
+        release_snapshot_buffers(&s);
         rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
     } else if (checking && tr->captured) {
         if (compare_capture(tr, &g) == 0 && !(was = lz_host_malloc(sizeof *was * (size_t)(n_was + 1))))
@@ -1145,6 +1175,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     } else if (bound == 0) {
         warn_host_values(f, tr);
     }
+    release_snapshot_buffers(&s);
     rc = lz_execute_step_graph(&g, exe);
     lz_graph_release(&g);
     tr->captured = rc == 0 && bound == 0;
@@ -1405,7 +1436,7 @@ static int run_direct(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
 {
     uint64_t serial0 = lz_tensor_serial();
     int rc = run_function(f, in, out, NULL);
-    return rc == 0 ? run_uncaptured(f, out, serial0) : rc;
+    return rc == 0 ? run_uncaptured(f, out, serial0, NULL) : rc;
 }
 
 /* A replay binds an input as data, so it cannot differentiate into the
