@@ -1,5 +1,6 @@
 """lazyc from Python: ctypes over liblazyc.so. `lazyc.torch` is the PyTorch
-bridge.
+bridge. LZ_DEVICE (or lazyc.use_device before the first tensor) chooses the
+device; lazyc.device() names it.
 
 Importing the package loads nothing: liblazyc.so is loaded on first use
 (`lazyc.lib.lz_...`, `lazyc.library_path()`, any op of `lazyc.torch`), from
@@ -8,7 +9,8 @@ source checkout's build*/ folder or the dynamic loader's liblazyc.so."""
 import os as _os
 import re as _re
 
-from ._lib import lib, load, library_path, metrics, metrics_reset, LazycNotFound  # noqa: F401
+from ._lib import (lib, load, library_path, metrics, metrics_reset, device, use_device,  # noqa: F401
+                   LazycNotFound)
 
 
 def _version():

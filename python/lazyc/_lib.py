@@ -57,7 +57,8 @@ class Metrics(ctypes.Structure):
         "ir_nodes", "transfers_to_device", "transfers_from_device", "host_waits",
         "capture_replays", "capture_fallbacks", "peak_bytes")] + \
         [(n, ctypes.c_double) for n in ("trace_ms", "compile_ms", "execute_ms", "wait_ms", "flops")] + \
-        [("kernels", ctypes.c_int64), ("in_place_writes", ctypes.c_int64)]
+        [(n, ctypes.c_int64) for n in ("kernels", "in_place_writes", "bytes_to_device",
+                                       "bytes_from_device", "graph_launches", "kernel_launches")]
 
 
 STEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T))
@@ -150,6 +151,8 @@ _SIGS = {
     "lz_capture": (ctypes.c_void_p, [STEP_FN, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
     "lz_call": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T)]),
     "lz_fn_free": (None, [ctypes.c_void_p]),
+    "lz_device_use": (ctypes.c_int, [ctypes.c_char_p]),
+    "lz_device_name": (ctypes.c_char_p, []),
     "lz_silu": (T, [T]), "lz_sin": (T, [T]), "lz_cos": (T, [T]),
     "lz_ne": (T, [T, T]), "lz_minimum": (T, [T, T]),
     "lz_tri_mask": (T, [T, ctypes.c_int64, ctypes.c_int, ctypes.c_float]),
@@ -253,6 +256,14 @@ class _Library:
             self.__dict__.update(fns)
             self.__dict__["path"] = path
             self.__dict__["_loaded"] = True
+            # LZ_DEVICE chooses the device as it does for any program; asked
+            # for here, so a name lazyc cannot use fails at the first use,
+            # naming why, not at the first tensor a bridge step makes.
+            dev = os.environ.get("LZ_DEVICE")
+            if dev and fns["lz_device_use"](dev.encode()) != 0:
+                msg = fns["lz_last_error"]()
+                raise RuntimeError("lazyc: device %s: %s" % (
+                    dev, msg.decode() if msg else "unknown lazyc error"))
 
     def __getattr__(self, name):
         if not self._loaded and not name.startswith("__"):
@@ -284,6 +295,18 @@ def error(what):
     """A RuntimeError carrying lazyc's last error."""
     msg = lib.lz_last_error()
     return RuntimeError("%s: %s" % (what, msg.decode() if msg else "unknown lazyc error"))
+
+
+def use_device(name):
+    """Makes name the device lazyc's tensors live on ("cpu", or NAME for
+    liblazyc_NAME.so beside the library); before the first tensor."""
+    if lib.lz_device_use(name.encode()) != 0:
+        raise error("lazyc: device %s" % name)
+
+
+def device():
+    """The device lazyc's tensors live on (or will)."""
+    return lib.lz_device_name().decode()
 
 
 def shape_arg(shape):
