@@ -82,8 +82,9 @@ static int make_key(int op, int n, const int64_t *d, int64_t *key)
 
 static int deterministic(void) { return (int)lz_setting_int(LZ_SETTING_DETERMINISTIC); }
 
-/* The two peaks, from the file or measured (and kept) once; under lock. */
-static void peaks_locked(void)
+/* The two peaks, from the file or (may_measure) measured and kept once;
+   under lock. */
+static void peaks_locked(int may_measure)
 {
     if (forced_peak[0] > 0) {
         peak[0] = forced_peak[0];
@@ -91,14 +92,16 @@ static void peaks_locked(void)
         return;
     }
     if (peaks_known) return;
-    peaks_known = 1;
     int64_t k[2][KEY_LEN] = {{PEAK_KEY, 0}, {PEAK_KEY, 1}};
     const int64_t f = lz_choices_find(&file, k[0], -1), b = lz_choices_find(&file, k[1], -1);
     if (f > 0 && b > 0) {   /* MFLOP/s */
         peak[0] = (double)f / 1000;
         peak[1] = (double)b / 1000;
+        peaks_known = 1;
         return;
     }
+    if (!may_measure) return;
+    peaks_known = 1;
     lz_cpu_measure_peaks(&peak[0], &peak[1]);
     if (peak[0] > 0 && peak[1] > 0) {
         lz_choices_put(&file, k[0], (int64_t)llround(peak[0] * 1000));
@@ -110,7 +113,7 @@ static void peaks_locked(void)
 static int rule_f32(int op, const int64_t *d, int *why)
 {
     if (!deterministic()) {
-        peaks_locked();
+        peaks_locked(1);
         if (peak[0] > 0 && peak[1] < RULE_MIN_RATIO * peak[0]) {
             *why = WHY_PEAKS;
             return 1;
@@ -226,7 +229,7 @@ void lz_cpu_product_notice(void)
         return;
     }
     told = 1;
-    if (!deterministic()) peaks_locked();
+    peaks_locked(0);   /* at exit: no timing */
     char why[512] = "", more[160];
     if (counts[WHY_MEASURED]) {
         snprintf(more, sizeof more, "%lld measured faster in float32 on this CPU",
@@ -295,7 +298,7 @@ int lz_autocast_probe_cpu(lz_autocast_probe *out)
     const int mode = lz_autocast_products();
     out->mode = mode >= 0 && mode < 4 ? modes[mode] : "measure";
     pthread_mutex_lock(&mu);
-    peaks_locked();
+    peaks_locked(1);
     out->f32_gflops = peak[0];
     out->bf16_gflops = peak[1];
     pthread_mutex_unlock(&mu);
