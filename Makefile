@@ -12,6 +12,8 @@
 #   make check-avx2   every test again with oneDNN capped to AVX2
 #   make check-portable  the convolution and parity tests in a -DLZ_NATIVE=OFF
 #                     build (build-portable/), also with oneDNN capped to AVX2
+#   make corpus   the PyTorch bridge's whole conformance corpus (python/corpus/run.py
+#                 --all: parity, executions per step, time against eager and Inductor)
 #   make check-all    test, check-avx2, check-asan, check-tsan, check-fuzz,
 #                     check-portable (what CI runs)
 
@@ -20,7 +22,7 @@ PREFIX  ?= /usr/local
 JOBS    ?= 2
 CMAKE   ?= cmake
 
-.PHONY: all setup configure build demo test install clean \
+.PHONY: all setup configure build demo test install clean corpus \
         check-avx2 check-asan check-tsan check-fuzz check-portable check-all
 
 all: build
@@ -46,6 +48,11 @@ test: build
 
 install: build
 	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
+
+# hours on 2 cores; CORPUS_ARGS="--cases a,b" or "--no-time" for part of it
+corpus: build
+	LAZYC_LIB=$(BUILD)/liblazyc.so OMP_NUM_THREADS=$(JOBS) $$(scripts/pyenv.sh torch) python/corpus/run.py \
+	  --all --out $(BUILD)/corpus.md $(CORPUS_ARGS)
 
 clean:
 	rm -rf $(BUILD)

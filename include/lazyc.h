@@ -31,7 +31,7 @@ extern "C" {
 
 /* LZ_API marks the library's public functions: liblazyc.so is built with
    hidden visibility and exports exactly the functions so marked in the
-   installed headers (lazyc.h, lazyc_nn.h). */
+   installed headers (lazyc.h, lazyc_nn.h, lazyc_optim.h). */
 #if defined(_WIN32) && defined(LZ_SHARED)
 #  ifdef LZ_BUILD
 #    define LZ_API __declspec(dllexport)
@@ -67,13 +67,30 @@ typedef enum { LZ_F32, LZ_I64, LZ_I32, LZ_BF16 } lz_dtype;
 /* Copies data (row-major) to a new device buffer: a data leaf. */
 LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
 LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
+/* lz_from_random's distributions (the int it takes). */
+typedef enum { LZ_RANDOM_UNIFORM = 0, LZ_RANDOM_NORMAL = 1 } lz_random_dist;
 /* f32 data drawn on the host, in parallel, from a counter-based generator:
-   element i depends on (seed, i) alone, never on the thread count. dist 0:
-   uniform in [a, b) (24 random bits; f32 rounding may give b); dist 1:
-   normal with mean a and standard deviation b (|x - a| <= 5.77 b). The
-   initialisers of lazyc_nn.h use it; lz_rand draws in the graph instead. */
+   element i depends on (seed, i) alone, never on the thread count. dist
+   LZ_RANDOM_UNIFORM: uniform in [a, b) (24 random bits; f32 rounding may
+   give b); LZ_RANDOM_NORMAL: normal with mean a and standard deviation b
+   (|x - a| <= 5.77 b). The initialisers of lazyc_nn.h use it; lz_rand
+   draws in the graph instead. */
 LZ_API lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim,
                                  const int64_t *shape);
+/* lz_from_random's fill with named fields. Zero fields are torch's
+   defaults; LZ_OPT_ZERO gives an exact 0. A field of the other
+   distribution is an error, not ignored. */
+typedef struct lz_random_opts {
+    uint64_t       seed;
+    lz_random_dist dist;        /* 0: LZ_RANDOM_UNIFORM */
+    float          low, high;   /* uniform in [low, high); high 0: 1 (torch.rand's [0, 1)),
+                                   LZ_OPT_ZERO: 0; finite, low <= high */
+    float          mean, std;   /* normal; std 0: 1 (torch.randn's), LZ_OPT_ZERO: 0;
+                                   finite, std >= 0 */
+} lz_random_opts;
+/* The same values to the bit as lz_from_random with those numbers;
+   errors name lz_from_random_opt. */
+LZ_API lz_tensor *lz_from_random_opt(int ndim, const int64_t *shape, lz_random_opts opts);
 /* A tensor filled with value, as data (never a constant in the graph). */
 LZ_API lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value);
 /* 0-d f32 data: a new value never recompiles a lazy step. Made inside a
@@ -237,6 +254,18 @@ LZ_API lz_tensor *lz_adaptive_avg_pool2d(lz_tensor *x, int out_h, int out_w);
 LZ_API lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
                                 lz_tensor *running_mean, lz_tensor *running_var,
                                 int training, float momentum, float eps);
+/* Batch norm's settings, as the other layers take theirs. Zero fields are
+   nn.BatchNorm2d's defaults; LZ_OPT_ZERO gives an exact 0. */
+typedef struct lz_batch_norm_opts {
+    int   training;   /* 1: batch statistics, running ones updated; 0: eval */
+    float momentum;   /* 0: 0.1 (torch's default), LZ_OPT_ZERO: 0; in [0, 1] */
+    float eps;        /* 0: 1e-5 (torch's default), LZ_OPT_ZERO: 0; finite, >= 0 */
+} lz_batch_norm_opts;
+/* lz_batch_norm with an options struct: the same op to the bit; errors
+   name lz_batch_norm_opt. */
+LZ_API lz_tensor *lz_batch_norm_opt(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
+                                    lz_tensor *running_mean, lz_tensor *running_var,
+                                    lz_batch_norm_opts opts);
 /* Normalises over the last n_axes axes; weight/bias (that shape) may be NULL. */
 LZ_API lz_tensor *lz_layer_norm(lz_tensor *x, int n_axes, lz_tensor *weight, lz_tensor *bias, float eps);
 /* weight [V, D], indices i64/i32 of any shape -> [..., D]. */
@@ -248,6 +277,78 @@ LZ_API lz_tensor *lz_flatten(lz_tensor *x, int start_axis);
 /* softmax(q k^T * scale + mask) v over the last two axes; mask (additive,
    broadcastable) may be NULL; scale 0 means 1/sqrt(head dim). */
 LZ_API lz_tensor *lz_attention(lz_tensor *q, lz_tensor *k, lz_tensor *v, lz_tensor *mask, float scale);
+
+/* ---- ops added for models from PyTorch (docs/api.md, "PyTorch's ops") -- */
+
+LZ_API lz_tensor *lz_silu(lz_tensor *x);                  /* x * sigmoid(x) (SiLU, swish) */
+LZ_API lz_tensor *lz_sin(lz_tensor *x);
+LZ_API lz_tensor *lz_cos(lz_tensor *x);
+/* a != b as f32 0/1 (any dtype, no gradient), like the other comparisons. */
+LZ_API lz_tensor *lz_ne(lz_tensor *a, lz_tensor *b);
+/* Like torch.minimum: NaN wins, ties split the gradient in halves. */
+LZ_API lz_tensor *lz_minimum(lz_tensor *a, lz_tensor *b);
+/* torch.tril (upper 0) / torch.triu (upper 1) over the last two axes with
+   diagonal k; the elements cut off become fill (0 for tril/triu, -inf for
+   a causal mask). f32, i64 or i32. */
+LZ_API lz_tensor *lz_tri_mask(lz_tensor *x, int64_t k, int upper, float fill);
+/* Running sum along axis (f32 summed in double, as torch's CPU kernel). */
+LZ_API lz_tensor *lz_cumsum(lz_tensor *x, int axis);
+/* torch.gather: out has idx's shape (same ndim as x, no larger than x off
+   the axis), out[..i..] = x[.., idx[..i..], ..] along axis. idx i64/i32;
+   an index out of range fails the execution naming it. */
+LZ_API lz_tensor *lz_gather(lz_tensor *x, int axis, lz_tensor *idx);
+/* base + src added at idx along axis (torch.scatter_add): src has idx's
+   shape; a slot hit twice gets both. f32. */
+LZ_API lz_tensor *lz_scatter_add(lz_tensor *base, int axis, lz_tensor *idx, lz_tensor *src);
+/* torch.index_select: the entries idx (1-d) of axis, in that order. */
+LZ_API lz_tensor *lz_index_select(lz_tensor *x, int axis, lz_tensor *idx);
+/* i64 index of the first maximum along axis (NaN counts as the maximum). */
+LZ_API lz_tensor *lz_argmax(lz_tensor *x, int axis, int keepdim);
+
+/* Cross-entropy with torch's options. opts may be NULL (mean, no ignored
+   index, no weight, no smoothing: lz_cross_entropy's value). */
+typedef enum { LZ_REDUCTION_MEAN = 0, LZ_REDUCTION_SUM, LZ_REDUCTION_NONE } lz_reduction;
+typedef struct lz_cross_entropy_opts {
+    lz_tensor *weight;        /* [C] class weights (no gradient), or NULL */
+    int64_t ignore_index;     /* with use_ignore_index: targets equal to it add 0 and weigh 0 */
+    int use_ignore_index;     /* torch always uses one (its default is -100) */
+    float label_smoothing;    /* in [0, 1] */
+    lz_reduction reduction;   /* mean divides by the targets' summed weight, as torch */
+} lz_cross_entropy_opts;
+/* logits [N, C] f32, target [N] i64/i32 -> 0-d (mean, sum) or [N] (none). */
+LZ_API lz_tensor *lz_cross_entropy_ex(lz_tensor *logits, lz_tensor *target,
+                                      const lz_cross_entropy_opts *opts);
+
+/* x * rsqrt(mean(x^2 over the last n_axes) + eps) * weight (weight may be
+   NULL): torch's nn.RMSNorm, HF's LlamaRMSNorm. */
+LZ_API lz_tensor *lz_rms_norm(lz_tensor *x, int n_axes, lz_tensor *weight, float eps);
+/* nn.GroupNorm over x [N, C, ...]: groups of C/groups channels normalised
+   per sample, then weight/bias [C] (either may be NULL). */
+LZ_API lz_tensor *lz_group_norm(lz_tensor *x, int groups, lz_tensor *weight, lz_tensor *bias, float eps);
+/* Element-wise losses with torch's reduction (f32, same shapes or broadcast). */
+LZ_API lz_tensor *lz_mse_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction);
+LZ_API lz_tensor *lz_l1_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction);
+LZ_API lz_tensor *lz_smooth_l1_loss(lz_tensor *input, lz_tensor *target, lz_reduction reduction, float beta);
+/* torch's binary_cross_entropy_with_logits; weight and pos_weight may be NULL. */
+LZ_API lz_tensor *lz_bce_with_logits(lz_tensor *logits, lz_tensor *target, lz_tensor *weight,
+                                     lz_tensor *pos_weight, lz_reduction reduction);
+
+/* lz_attention with torch's scaled_dot_product_attention options. */
+typedef struct lz_attention_opts {
+    lz_tensor *mask;          /* additive and broadcastable, or NULL */
+    float scale;              /* 0: 1/sqrt(head dim) */
+    int causal;               /* query i sees keys j <= i (torch's is_causal) */
+    float dropout_p;          /* dropout on the attention weights, drawn in the graph */
+    int enable_gqa;           /* k, v may have fewer heads (axis -3) than q, dividing them */
+} lz_attention_opts;
+LZ_API lz_tensor *lz_attention_ex(lz_tensor *q, lz_tensor *k, lz_tensor *v, const lz_attention_opts *opts);
+
+/* torch.nn.utils.clip_grad_norm_ in the graph: scales the gradients of
+   params[0..n) (those without one are skipped) by min(max_norm / (norm +
+   1e-6), 1) and returns the total 2-norm before clipping as a new 0-d
+   tensor. Call between lz_backward and the optimizer step. NULL + error
+   when no tensor has a gradient or max_norm is not positive. */
+LZ_API lz_tensor *lz_clip_grad_norm(lz_tensor *const *params, int n, float max_norm);
 
 /* ---- random numbers -------------------------------------------------- */
 
@@ -302,6 +403,10 @@ LZ_API void       lz_no_grad_begin(void);
 LZ_API void       lz_no_grad_end(void);
 
 /* ---- optimizers ------------------------------------------------------ */
+
+/* Each optimizer's own calls. One interface over all of them (a training
+   loop that names its optimizer once; a new optimizer in one file) is
+   lz_optimizer in lazyc_optim.h, made from these options structs. */
 
 /* Options fields: a zero field means PyTorch's default, named per field
    below. Where 0 is also a value someone may want and differs from the

@@ -13,7 +13,7 @@ static uint64_t next_stream(lz_init_rng *r)
     return s;
 }
 
-static lz_tensor *add_random(lz_params *p, lz_init_rng *r, const char *name, int dist,
+static lz_tensor *add_random(lz_params *p, lz_init_rng *r, const char *name, lz_random_dist dist,
                              float a, float b, int ndim, const int64_t *shape)
 {
     lz_tensor *t = lz_from_random(next_stream(r), dist, a, b, ndim, shape);
@@ -23,13 +23,13 @@ static lz_tensor *add_random(lz_params *p, lz_init_rng *r, const char *name, int
 lz_tensor *lz_init_uniform(lz_params *p, lz_init_rng *r, const char *name,
                            int ndim, const int64_t *shape, float bound)
 {
-    return add_random(p, r, name, 0, -bound, bound, ndim, shape);
+    return add_random(p, r, name, LZ_RANDOM_UNIFORM, -bound, bound, ndim, shape);
 }
 
 lz_tensor *lz_init_normal(lz_params *p, lz_init_rng *r, const char *name,
                           int ndim, const int64_t *shape, float std)
 {
-    return add_random(p, r, name, 1, 0.0f, std, ndim, shape);
+    return add_random(p, r, name, LZ_RANDOM_NORMAL, 0.0f, std, ndim, shape);
 }
 
 lz_tensor *lz_init_const(lz_params *p, const char *name, lz_dtype dtype,

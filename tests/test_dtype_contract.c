@@ -50,7 +50,32 @@ static lz_tensor *matmul_t(lz_tensor *a, lz_tensor *b) { return lz_matmul(a, lz_
 static lz_tensor *linear_nb(lz_tensor *a, lz_tensor *b) { return lz_linear(a, b, NULL); }
 static lz_tensor *cat2(lz_tensor *a, lz_tensor *b) { return lz_cat((lz_tensor *[]){a, b}, 2, 0); }
 
+/* the ops added for models from PyTorch (issue 43) */
+static lz_tensor *tri0(lz_tensor *x) { return lz_tri_mask(x, 0, 0, 0.0f); }
+static lz_tensor *tri_inf(lz_tensor *x) { return lz_tri_mask(x, 0, 0, -INFINITY); }
+static lz_tensor *cumsum1(lz_tensor *x) { return lz_cumsum(x, 1); }
+static lz_tensor *argmax1(lz_tensor *x) { return lz_argmax(x, 1, 0); }
+static lz_tensor *rms1(lz_tensor *x) { return lz_rms_norm(x, 1, NULL, 1e-5f); }
+static lz_tensor *gn1(lz_tensor *x) { return lz_group_norm(x, 1, NULL, NULL, 1e-5f); }
+static lz_tensor *gather1(lz_tensor *x)
+{
+    const int64_t s[] = {2, 3};
+    lz_tensor *i = lz_from_host((const int64_t[]){0, 1, 2, 2, 1, 0}, LZ_I64, 2, s);
+    return lz_gather(x, 1, i);
+}
+static lz_tensor *attn_causal(lz_tensor *x)
+{
+    lz_attention_opts o = {.causal = 1};
+    return lz_attention_ex(x, x, x, &o);
+}
+static lz_tensor *mse(lz_tensor *a, lz_tensor *b) { return lz_mse_loss(a, b, LZ_REDUCTION_MEAN); }
+static lz_tensor *bce(lz_tensor *a, lz_tensor *b) { return lz_bce_with_logits(a, b, NULL, NULL, LZ_REDUCTION_SUM); }
+
 static const struct { const char *name; op1 f; } unary[] = {
+    {"lz_silu", lz_silu}, {"lz_sin", lz_sin}, {"lz_cos", lz_cos}, {"lz_tri_mask", tri0},
+    {"lz_tri_mask", tri_inf}, {"lz_cumsum", cumsum1}, {"lz_argmax", argmax1},
+    {"lz_rms_norm", rms1}, {"lz_group_norm", gn1}, {"lz_gather", gather1},
+    {"lz_attention_ex", attn_causal},
     {"lz_neg", lz_neg}, {"lz_exp", lz_exp}, {"lz_log", lz_log}, {"lz_sqrt", lz_sqrt},
     {"lz_rsqrt", lz_rsqrt}, {"lz_tanh", lz_tanh}, {"lz_sigmoid", lz_sigmoid},
     {"lz_relu", lz_relu}, {"lz_gelu", lz_gelu}, {"lz_relu6", lz_relu6},
@@ -66,7 +91,8 @@ static const struct { const char *name; op2 f; } binary[] = {
     {"lz_add", lz_add}, {"lz_sub", lz_sub}, {"lz_mul", lz_mul}, {"lz_div", lz_div},
     {"lz_maximum", lz_maximum}, {"lz_gt", lz_gt}, {"lz_lt", lz_lt}, {"lz_ge", lz_ge},
     {"lz_le", lz_le}, {"lz_eq", lz_eq}, {"lz_matmul", matmul_t}, {"lz_linear", linear_nb},
-    {"lz_cat", cat2},
+    {"lz_cat", cat2}, {"lz_ne", lz_ne}, {"lz_minimum", lz_minimum}, {"lz_mse_loss", mse},
+    {"lz_bce_with_logits", bce},
 };
 
 /* The op's result y (may be NULL) in one step beside an unrelated f32

@@ -17,7 +17,7 @@ cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" \
 
 pc=$(find "$prefix" -name lazyc.pc)
 [ -n "$pc" ] || { echo "FAIL: no lazyc.pc under $prefix"; exit 1; }
-for f in include/lazyc.h include/lazyc_nn.h bin/lazyc; do
+for f in include/lazyc.h include/lazyc_nn.h include/lazyc_optim.h bin/lazyc; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 PKG_CONFIG_PATH=$(dirname "$pc")
@@ -61,15 +61,22 @@ if ldd ./train_static | grep -q liblazyc; then
 fi
 check_run train_static
 
-# lazyc_nn.h and the version, from the installed headers and library: the
-# zoo builds a model, lz_version() is the header's, pkg-config agrees
+# lazyc_nn.h, lazyc_optim.h and the version, from the installed headers and
+# library: the zoo builds a model and an optimizer over it, lz_version() is
+# the header's, pkg-config agrees
 cat > nn_version.c <<'EOF_C'
 #include <lazyc_nn.h>
+#include <lazyc_optim.h>
 #include <stdio.h>
 #include <string.h>
 int main(void) {
     lz_model *m = lz_model_new("cnn", "smoke", 1);
     if (!m || !lz_model_names()[0] || strcmp(lz_version(), LZ_VERSION_STRING) != 0) return 1;
+    lz_tensor *ps[64];
+    int n = lz_params_trainable_list(lz_model_params(m), ps, 64);
+    lz_optimizer *opt = lz_optimizer_adamw(ps, n, (lz_adamw_opts){.decoupled = 1});
+    if (!opt || strcmp(lz_optimizer_name(opt), "adamw") != 0) return 1;
+    lz_optimizer_free(opt);
     printf("%s %d.%d.%d %lld\n", lz_version(), LZ_VERSION_MAJOR, LZ_VERSION_MINOR, LZ_VERSION_PATCH,
            (long long)lz_params_numel(lz_model_params(m), 1));
     lz_model_free(m);

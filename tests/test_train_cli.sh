@@ -53,6 +53,22 @@ check "a resumed resnet18 run equals the uninterrupted one bit for bit" \
 check "resuming resnet18 from a cnn checkpoint exits 2" '[ $? -eq 2 ] && grep -q "another model" "$tmp/err"'
 "$lazyc" train --data fashion-mnist --model resnet50 >"$tmp/err" 2>&1
 check "an unknown --model exits 2 and lists the valid ones" '[ $? -eq 2 ] && grep -q "(cnn or resnet18)" "$tmp/err"'
+"$lazyc" train --data fashion-mnist --optimizer lion >"$tmp/err" 2>&1
+check "an unknown --optimizer exits 2 and lists the valid ones" '[ $? -eq 2 ] && grep -q "(adamw or sgd)" "$tmp/err"'
+
+# the optimizer's state keeps its names and order in the checkpoint (the
+# file is written in that order, so a checkpoint stays byte-compatible)
+opt_names() { grep -ao '"optimizer\.[a-z_]*\.\?[0-9]*"' "$1" | tr -d '"' | sed 's/^optimizer\.//' | tr '\n' ' '; }
+"$lazyc" train --data fashion-mnist --optimizer sgd --epochs 1 --train-limit 256 --test-limit 100 \
+    --save "$tmp/sgd.st" --summary "$tmp/sgd.json" >/dev/null 2>&1
+n_bufs=$(opt_names "$tmp/sgd.st" | grep -o momentum_buffer | wc -l)
+want_sgd="$(for i in $(seq 0 $((n_bufs - 1))); do printf 'momentum_buffer.%d ' "$i"; done)started "
+check "sgd's checkpoint holds momentum_buffer.0..$((n_bufs - 1)) then started" \
+    '[ "$n_bufs" -gt 0 ] && [ "$(opt_names "$tmp/sgd.st")" = "$want_sgd" ]'
+n_adam=$(opt_names "$tmp/a.st" | grep -o "exp_avg\." | wc -l)
+want_adam="$(for i in $(seq 0 $((n_adam - 1))); do printf 'exp_avg.%d exp_avg_sq.%d step.%d ' "$i" "$i" "$i"; done)"
+check "adamw's checkpoint holds exp_avg, exp_avg_sq and step per parameter, in order" \
+    '[ "$n_adam" -eq "$n_bufs" ] && [ "$(opt_names "$tmp/a.st")" = "$want_adam" ]'
 
 # broken data: exit status 2 and a message naming the problem
 "$lazyc" train --data fashion-mnist --data-dir "$tmp/nowhere" >"$tmp/err" 2>&1

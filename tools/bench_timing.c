@@ -24,13 +24,14 @@
 #include <time.h>
 
 #include "bench.h"
+#include "lazyc_optim.h"
 
 enum { N_LZ_MODES = 3 };
 
 typedef struct inst {
     bench_mode mode;
     lz_model *m;
-    lz_sgd *opt;
+    lz_optimizer *opt;
     lz_tensor *x, *y;
     lz_fn *fn;               /* captured mode */
     int failed;
@@ -117,7 +118,7 @@ static lz_tensor *make_batch_tensor(lz_dtype dtype, int ndim, const int64_t *sha
 static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     inst *b = ctx;
-    lz_sgd_zero_grad(b->opt);
+    lz_optimizer_zero_grad(b->opt);
     /* as torch.autocast is used: forward and loss in the region, backward
        and the optimizer outside (the backward products follow the dtype
        of the forward's operands) */
@@ -126,7 +127,7 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
     lz_tensor *loss = lz_model_loss(b->m, in[0], in[1], 1);
     if (b->bf16)
         lz_autocast_end();
-    if (!loss || lz_backward(loss) != 0 || lz_sgd_step(b->opt) != 0)
+    if (!loss || lz_backward(loss) != 0 || lz_optimizer_step(b->opt) != 0)
         return -1;
     out[0] = loss;
     return 0;
@@ -135,7 +136,7 @@ static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 static void inst_free(inst *b)
 {
     lz_fn_free(b->fn);
-    lz_sgd_free(b->opt);
+    lz_optimizer_free(b->opt);
     lz_free(b->x);
     lz_free(b->y);
     lz_model_free(b->m);
@@ -160,7 +161,7 @@ static int inst_init(inst *b, bench_mode mode, const char *name, const bench_opt
     if (!train)
         return -1;
     int nt = lz_params_trainable_list(p, train, n);
-    b->opt = lz_sgd_new(train, nt, (lz_sgd_opts){ .lr = 0.01f, .momentum = 0.9f });
+    b->opt = lz_optimizer_sgd(train, nt, (lz_sgd_opts){ .lr = 0.01f, .momentum = 0.9f });
     free(train);
     b->x = make_batch_tensor(s->input_dtype, s->input_ndim, s->input_shape, s->num_classes, 11);
     b->y = make_batch_tensor(LZ_I64, s->target_ndim, s->target_shape, s->num_classes, 12);

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "lazyc.h"
+#include "lazyc_optim.h"
 
 enum { CLASSES = 4, PER_CLASS = 128, N = CLASSES * PER_CLASS, HIDDEN = 64, EVERY = 25,
        BAR = 50 };
@@ -171,7 +172,7 @@ int lz_cmd_demo(int argc, char **argv)
     mlp m = { { 0 } };
     if (!x || !y || mlp_init(&m) != 0)
         return fail("making the data and the model");
-    lz_sgd *opt = lz_sgd_new(m.p, 6, (lz_sgd_opts){ .lr = (float)lr, .momentum = 0.9f });
+    lz_optimizer *opt = lz_optimizer_sgd(m.p, 6, (lz_sgd_opts){ .lr = (float)lr, .momentum = 0.9f });
     if (!opt)
         return fail("making the optimizer");
 
@@ -183,10 +184,10 @@ int lz_cmd_demo(int argc, char **argv)
     for (long step = 1; step <= steps && rc == 0; step++) {
         lz_scope_begin();
         lz_tensor *loss = lz_keep(lz_cross_entropy(mlp_forward(&m, x), y));
-        lz_sgd_zero_grad(opt);
+        lz_optimizer_zero_grad(opt);
         rc = loss ? lz_backward(loss) : -1;
         if (rc == 0)
-            rc = lz_sgd_step(opt);
+            rc = lz_optimizer_step(opt);
         /* Intermediates go before the barrier so they are not graph outputs. */
         lz_scope_end();
         lz_mark_step();
@@ -215,7 +216,7 @@ int lz_cmd_demo(int argc, char **argv)
            report ? report : "(no report)\n");
     free(report);
 
-    lz_sgd_free(opt);
+    lz_optimizer_free(opt);
     for (int i = 0; i < 6; i++)
         lz_free(m.p[i]);
     lz_free(x);

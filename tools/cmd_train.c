@@ -47,6 +47,42 @@ static const char *zoo_name(const char *model)
     return NULL;
 }
 
+static lz_optimizer *make_adamw(lz_tensor *const *ps, int n, const train_opts *o)
+{
+    return lz_optimizer_adamw(ps, n, (lz_adamw_opts){.lr = (float)o->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                                     .weight_decay = (float)o->weight_decay, .decoupled = 1});
+}
+
+static lz_optimizer *make_sgd(lz_tensor *const *ps, int n, const train_opts *o)
+{
+    return lz_optimizer_sgd(ps, n, (lz_sgd_opts){.lr = (float)o->lr, .momentum = 0.9f,
+                                                 .weight_decay = (float)o->weight_decay});
+}
+
+/* --optimizer NAME -> its maker; the name is also the checkpoint's
+   "optimizer" entry, so a resume finds the same one */
+static const struct {
+    const char *cli;
+    lz_optimizer *(*make)(lz_tensor *const *ps, int n, const train_opts *o);
+} train_optimizers[] = {
+    {"adamw", make_adamw},
+    {"sgd", make_sgd},
+};
+#define N_TRAIN_OPTIMIZERS ((int)(sizeof train_optimizers / sizeof train_optimizers[0]))
+
+static int optimizer_index(const char *name)
+{
+    for (int i = 0; i < N_TRAIN_OPTIMIZERS; i++)
+        if (!strcmp(train_optimizers[i].cli, name)) return i;
+    return -1;
+}
+
+/* "a, b or c" */
+static void print_choices(FILE *f, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) fprintf(f, "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -101,13 +137,13 @@ static void usage(FILE *f)
 static int train_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     trainer *t = ctx;
-    if (t->adamw) lz_adamw_zero_grad(t->adamw); else lz_sgd_zero_grad(t->sgd);
+    lz_optimizer_zero_grad(t->opt);
     if (t->bf16 && lz_autocast_begin(LZ_BF16) != 0) return -1;
     lz_tensor *loss = lz_model_loss(t->model, in[0], in[1], 1);
     if (t->bf16) lz_autocast_end();
     if (!loss || lz_backward(loss) != 0) return -1;
     if (t->size > 1 && lz_dist_average_grads(t->params, t->n_params) != 0) return -1;
-    if ((t->adamw ? lz_adamw_step(t->adamw) : lz_sgd_step(t->sgd)) != 0) return -1;
+    if (lz_optimizer_step(t->opt) != 0) return -1;
     /* the loss over the global batch */
     out[0] = t->size > 1 ? lz_dist_all_reduce(loss, 1) : loss;
     return out[0] ? 0 : -1;
@@ -204,9 +240,10 @@ static int parse(int argc, char **argv, train_opts *o)
         return -1;
     }
     if (!zoo_name(o->model)) {
+        const char *names[N_TRAIN_MODELS];
+        for (int i = 0; i < N_TRAIN_MODELS; i++) names[i] = train_models[i].cli;
         fprintf(stderr, "lazyc train: unknown --model '%s' (", o->model);
-        for (int i = 0; i < N_TRAIN_MODELS; i++)
-            fprintf(stderr, "%s%s", i ? (i == N_TRAIN_MODELS - 1 ? " or " : ", ") : "", train_models[i].cli);
+        print_choices(stderr, names, N_TRAIN_MODELS);
         fprintf(stderr, ")\n");
         return -1;
     }
@@ -214,8 +251,12 @@ static int parse(int argc, char **argv, train_opts *o)
         fprintf(stderr, "lazyc train: unknown --dtype '%s' (f32 or bf16)\n", o->dtype);
         return -1;
     }
-    if (strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd")) {
-        fprintf(stderr, "lazyc train: unknown --optimizer '%s' (adamw or sgd)\n", o->optimizer);
+    if (optimizer_index(o->optimizer) < 0) {
+        const char *names[N_TRAIN_OPTIMIZERS];
+        for (int i = 0; i < N_TRAIN_OPTIMIZERS; i++) names[i] = train_optimizers[i].cli;
+        fprintf(stderr, "lazyc train: unknown --optimizer '%s' (", o->optimizer);
+        print_choices(stderr, names, N_TRAIN_OPTIMIZERS);
+        fprintf(stderr, ")\n");
         return -1;
     }
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "none")) {
@@ -461,7 +502,7 @@ static int train_loop(run *r, long first_epoch, long skip, long step)
             }
             float lr = (float)o->lr;
             if (!strcmp(o->schedule, "cosine")) lr = lz_lr_cosine((float)o->lr, (int)step, (int)r->sched_steps, 0.0f);
-            if (r->t.adamw) lz_adamw_set_lr(r->t.adamw, lr); else lz_sgd_set_lr(r->t.sgd, lr);
+            lz_optimizer_set_lr(r->t.opt, lr);
             if (b == b0) lr_first = lr;
             lr_last = lr;
             if (r->t.size > 1 && train_dist_shard(&r->t, &x, &y) != 0) {
@@ -598,12 +639,8 @@ int lz_cmd_train(int argc, char **argv)
     int np = lz_params_trainable_list(lz_model_params(r.t.model), ps, 512);
     r.t.params = ps;
     r.t.n_params = np;
-    if (!strcmp(o->optimizer, "adamw"))
-        r.t.adamw = lz_adamw_new(ps, np, (lz_adamw_opts){.lr = (float)o->lr, .beta1 = 0.9f, .beta2 = 0.999f,
-                                                         .eps = 1e-8f, .weight_decay = (float)o->weight_decay, .decoupled = 1});
-    else
-        r.t.sgd = lz_sgd_new(ps, np, (lz_sgd_opts){.lr = (float)o->lr, .momentum = 0.9f, .weight_decay = (float)o->weight_decay});
-    if (!r.t.adamw && !r.t.sgd) { fprintf(stderr, "lazyc train: %s\n", lz_last_error()); goto done; }
+    r.t.opt = train_optimizers[optimizer_index(o->optimizer)].make(ps, np, o);
+    if (!r.t.opt) { fprintf(stderr, "lazyc train: %s\n", lz_last_error()); goto done; }
 
     long first_epoch = 0, skip = 0, step = 0;
     r.sched_epochs = o->schedule_epochs ? o->schedule_epochs : o->epochs;
@@ -651,8 +688,7 @@ done:
     train_summary_free(&r.sum);
     lz_fn_free(r.step_fn);
     lz_fn_free(r.eval_fn);
-    lz_adamw_free(r.t.adamw);
-    lz_sgd_free(r.t.sgd);
+    lz_optimizer_free(r.t.opt);
     lz_model_free(r.t.model);
     lz_loader_free(r.train);
     lz_loader_free(r.test);

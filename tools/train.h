@@ -7,12 +7,12 @@
 #include <stdint.h>
 
 #include "lazyc.h"
+#include "lazyc_optim.h"
 #include "zoo.h"
 
 typedef struct trainer {
     lz_model *model;
-    lz_sgd *sgd;
-    lz_adamw *adamw;
+    lz_optimizer *opt;       /* one of train_optimizers (cmd_train.c) */
     /* data-parallel (train_dist.c): this process's rank of size; each step
        trains on rows [batch/size * rank, batch/size * (rank + 1)) of the
        global batch and averages the gradients of params over the ranks */

@@ -14,7 +14,7 @@ static lz_params *checkpoint_set(trainer *t)
     int rc = ck ? 0 : -1;
     for (int i = 0; rc == 0 && i < lz_params_count(mp); i++)
         if (!lz_params_add(ck, lz_params_name(mp, i), lz_retain(lz_params_at(mp, i)), 0)) rc = -1;
-    if (rc == 0) rc = t->adamw ? lz_adamw_state(t->adamw, ck, "optimizer") : lz_sgd_state(t->sgd, ck, "optimizer");
+    if (rc == 0) rc = lz_optimizer_state(t->opt, ck, "optimizer");
     if (rc == 0) rc = lz_rng_state(ck, "rng");
     if (rc != 0) { lz_params_free(ck); return NULL; }
     return ck;

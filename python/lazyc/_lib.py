@@ -4,7 +4,7 @@ import ctypes
 import ctypes.util
 import os
 
-F32, I64, I32 = 0, 1, 2          # lz_dtype
+F32, I64, I32, BF16 = 0, 1, 2, 3  # lz_dtype
 MAX_DIMS = 8
 
 T = ctypes.c_void_p               # lz_tensor *
@@ -33,6 +33,16 @@ class AdamwOpts(ctypes.Structure):
     _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
                 ("decoupled", ctypes.c_int)]
+
+
+class CrossEntropyOpts(ctypes.Structure):
+    _fields_ = [("weight", T), ("ignore_index", ctypes.c_int64), ("use_ignore_index", ctypes.c_int),
+                ("label_smoothing", ctypes.c_float), ("reduction", ctypes.c_int)]
+
+
+class AttentionOpts(ctypes.Structure):
+    _fields_ = [("mask", T), ("scale", ctypes.c_float), ("causal", ctypes.c_int),
+                ("dropout_p", ctypes.c_float), ("enable_gqa", ctypes.c_int)]
 
 
 class Metrics(ctypes.Structure):
@@ -134,6 +144,23 @@ _SIGS = {
     "lz_capture": (ctypes.c_void_p, [STEP_FN, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
     "lz_call": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T)]),
     "lz_fn_free": (None, [ctypes.c_void_p]),
+    "lz_silu": (T, [T]), "lz_sin": (T, [T]), "lz_cos": (T, [T]),
+    "lz_ne": (T, [T, T]), "lz_minimum": (T, [T, T]),
+    "lz_tri_mask": (T, [T, ctypes.c_int64, ctypes.c_int, ctypes.c_float]),
+    "lz_cumsum": (T, [T, ctypes.c_int]),
+    "lz_gather": (T, [T, ctypes.c_int, T]),
+    "lz_scatter_add": (T, [T, ctypes.c_int, T, T]),
+    "lz_index_select": (T, [T, ctypes.c_int, T]),
+    "lz_argmax": (T, [T, ctypes.c_int, ctypes.c_int]),
+    "lz_cross_entropy_ex": (T, [T, T, ctypes.c_void_p]),
+    "lz_attention_ex": (T, [T, T, T, ctypes.c_void_p]),
+    "lz_clip_grad_norm": (T, [ctypes.POINTER(T), ctypes.c_int, ctypes.c_float]),
+    "lz_zero_grad": (None, [T]),
+    "lz_rand": (T, [ctypes.c_int, i64p]),
+    "lz_rms_norm": (T, [T, ctypes.c_int, T, ctypes.c_float]),
+    "lz_group_norm": (T, [T, ctypes.c_int, T, T, ctypes.c_float]),
+    "lz_autocast_begin": (ctypes.c_int, [ctypes.c_int]),
+    "lz_autocast_end": (ctypes.c_int, []),
     "lz_metrics_get": (Metrics, []),
     "lz_metrics_reset": (None, []),
 }

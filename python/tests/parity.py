@@ -47,12 +47,14 @@ def make_opt(kind, params):
     raise ValueError(kind)
 
 
-def eager(model, opt, x, y, steps, loss_fn):
+def eager(model, opt, x, y, steps, loss_fn, clip=None):
     losses = []
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         losses.append(loss.detach())
     return losses
@@ -62,7 +64,7 @@ def state_tensors(model):
     return {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
 
 
-def check(model, x, y, opt_kind="sgd", steps=3, loss_fn=loss_ce):
+def check(model, x, y, opt_kind="sgd", steps=3, loss_fn=loss_ce, clip=None):
     """Returns (problems, worst, counters): problems lists every tensor out of
     tolerance; worst = (err/tol, name, err, tol); counters per lazyc call."""
     model.train()
@@ -71,8 +73,8 @@ def check(model, x, y, opt_kind="sgd", steps=3, loss_fn=loss_ce):
     mlz = copy.deepcopy(model)
     x64 = x.double() if x.is_floating_point() else x
     y64 = y.double() if y.is_floating_point() else y
-    ref = eager(m64, make_opt(opt_kind, m64.parameters()), x64, y64, steps, loss_fn)
-    t32 = eager(m32, make_opt(opt_kind, m32.parameters()), x, y, steps, loss_fn)
+    ref = eager(m64, make_opt(opt_kind, m64.parameters()), x64, y64, steps, loss_fn, clip)
+    t32 = eager(m32, make_opt(opt_kind, m32.parameters()), x, y, steps, loss_fn, clip)
     # PyTorch's own f32 error, the largest over runs from weights moved by
     # ~2^-20 (a ReLU near its kink or a near-tie in max pooling flips in some
     # runs): the conditioning of each tensor, not one run's luck
@@ -83,9 +85,9 @@ def check(model, x, y, opt_kind="sgd", steps=3, loss_fn=loss_ce):
         with torch.no_grad():
             for p in mp.parameters():
                 p.mul_(1 + (torch.rand(p.shape, generator=gen) * 2 - 1) * 2.0 ** -20)
-        drawn.append((mp, eager(mp, make_opt(opt_kind, mp.parameters()), x, y, steps, loss_fn)))
+        drawn.append((mp, eager(mp, make_opt(opt_kind, mp.parameters()), x, y, steps, loss_fn, clip)))
     opt = make_opt(opt_kind, mlz.parameters())
-    step = lzt.train_step(mlz, opt, loss_fn)
+    step = lzt.train_step(mlz, opt, loss_fn, **({} if clip is None else {"clip_grad_norm": clip}))
     losses, counters = [], []
     for _ in range(steps):
         lzt.metrics_reset()

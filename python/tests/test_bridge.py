@@ -115,6 +115,51 @@ OP_CASES = [
      (torch.cat([torch.zeros(1, 4), r(9, 4)]), torch.tensor([[1, 0], [9, 0]]))),
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (r(2, 3, 5, 8), r(2, 3, 5, 8), r(2, 3, 5, 8))),
     ("cross_entropy", lambda a, t: F.cross_entropy(a, t), (r(4, 6), torch.tensor([0, 5, 2, 2]))),
+    # -100 is torch's default ignore_index (HF's padding label)
+    ("cross_entropy -100", lambda a, t: F.cross_entropy(a, t), (r(4, 6), torch.tensor([0, -100, 2, -100]))),
+    ("cross_entropy ignore_index 0", lambda a, t: F.cross_entropy(a, t, ignore_index=0),
+     (r(4, 6), torch.tensor([0, 5, 2, 0]))),
+    ("cross_entropy sum none", lambda a, t: F.cross_entropy(a, t, reduction="sum")
+     + F.cross_entropy(a, t, reduction="none").sum() * 0.5, (r(4, 6), torch.tensor([1, -100, 2, 3]))),
+    ("cross_entropy weight smoothing", lambda a, t, w: F.cross_entropy(a, t, weight=w, label_smoothing=0.1),
+     (r(5, 6), torch.tensor([0, 5, -100, 2, 2]), torch.rand(6) + 0.5)),
+    ("cross_entropy smoothing", lambda a, t: F.cross_entropy(a, t, label_smoothing=0.2),
+     (r(5, 6), torch.tensor([0, 5, -100, 2, 2]))),
+    ("sdpa causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     (r(2, 3, 5, 8), r(2, 3, 5, 8), r(2, 3, 5, 8))),
+    ("sdpa bool mask scale", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3),
+     (r(2, 3, 5, 8), r(2, 3, 4, 8), r(2, 3, 4, 8), torch.rand(5, 4) > 0.3)),
+    ("silu sin cos", lambda a: F.silu(a) + torch.sin(a) * torch.cos(a), (r(3, 7),)),
+    ("minimum clamp", lambda a, b: torch.minimum(a, b) + a.clamp(-0.5, 0.5) + b.clamp(min=0.1)
+     + a.clamp_max(0.2), (r(4, 5), r(4, 5))),
+    ("ne logical", lambda a, b: ((a > 0) & (b > 0) | ~(a < b)).float() + (a != b).float(), (r(4, 5), r(4, 5))),
+    ("int compare cast", lambda n: ((n > 2) & (n != 4)).long() * 3 + (n == 1).int(), (torch.arange(6),)),
+    ("nll_loss any log-probs", lambda a, t, w: F.nll_loss(a, t) + F.nll_loss(a.tanh(), t, weight=w, ignore_index=2)
+     + F.nll_loss(a, t, reduction="none").sum(), (r(4, 6), torch.tensor([0, 2, 5, 2]), torch.rand(6) + 0.5)),
+    ("cumsum int cumsum", lambda a, n: a.cumsum(1) + n.cumsum(0).float(), (r(3, 5), torch.arange(5))),
+    ("gather index_select", lambda a, i: torch.gather(a, 1, i) .sum(1).sum() + a.index_select(1, i[0]).sum(0),
+     (r(3, 5), torch.tensor([[0, 4], [2, 2], [1, 3]]))),
+    ("index adjacent", lambda a, i, j: a[i, j] + a[:, i].sum(), (r(4, 5), torch.tensor([0, 3, -1]),
+                                                                  torch.tensor([4, 0, 2]))),
+    ("roll pad", lambda a: torch.roll(a, 2, 1) + F.pad(a, (1, 2, 0, 1), value=0.5)[:3, 1:6]
+     + torch.roll(a, 1).sum(), (r(3, 5),)),
+    ("tril triu masks", lambda a: a.tril(-1) + a.triu(1) * 2 + torch.ones(3, 5, dtype=torch.bool).triu().float(),
+     (r(3, 5),)),
+    ("one_hot argmax", lambda a, i: F.one_hot(i, 5).float() * a + a.argmax(1, keepdim=True).float(),
+     (r(3, 5), torch.tensor([4, 0, 2]))),
+    ("logsumexp", lambda a: torch.logsumexp(a, 1) + torch.logsumexp(a * 50, (0, 1)), (r(3, 5),)),
+    ("bce l1 smooth_l1", lambda a, b, pw: F.binary_cross_entropy_with_logits(a, b.sigmoid(), pos_weight=pw)
+     + F.l1_loss(a, b) + F.smooth_l1_loss(a, b, beta=0.5) + F.mse_loss(a, b, reduction="sum"),
+     (r(3, 5), r(3, 5), torch.rand(5) + 0.5)),
+    ("group_norm rms_norm", lambda x, w, b: F.group_norm(x, 2, w, b) .sum() + F.rms_norm(x, (5,), eps=1e-6),
+     (r(2, 4, 3, 5), r(4), r(4))),
+    ("hard activations", lambda a: F.hardswish(a * 4) + F.hardsigmoid(a * 4) + F.silu(a), (r(3, 5),)),
+    ("slice step scatter", lambda a: a[:, ::2] .sum() + a[1::2].sum(0), (r(4, 6),)),
+    ("new_zeros ones full", lambda a: a.new_zeros(3, 5) + a.new_ones(5) * a + a.new_full((3, 1), 2.0),
+     (r(3, 5),)),
+    ("layer_norm no bias", lambda x, w: F.layer_norm(x, (6,), w, None), (r(2, 3, 6), r(6))),
+    ("embedding padding nonzero row", lambda w, i: F.embedding(i, w, padding_idx=1),
+     (r(10, 4), torch.tensor([[1, 3], [9, 1]]))),
     ("mse_loss", lambda a, b: F.mse_loss(a, b), (r(4, 6), r(4, 6))),
     ("factories", lambda a: a + torch.arange(5, dtype=torch.float32) + torch.zeros_like(a) + torch.ones(5),
      (r(3, 5),)),
@@ -136,6 +181,84 @@ def test_ops():
                         (w.float() - g.float()).abs().max().item() if w.shape == g.shape else "shape"))
         except Exception as e:   # noqa: BLE001
             fails.append("%s: %s: %s" % (name, type(e).__name__, e))
+    assert not fails, "\n  ".join([""] + fails)
+
+
+def _lz_grads(fn, inputs):
+    """fn(*handles) -> lazyc tensor, on lazyc copies of the torch inputs
+    (float ones requiring grad); returns (value, grads of sum(out * w)) as
+    torch tensors, w a fixed random weighting."""
+    hs = [_to_lazyc(t) for t in inputs]
+    for t, h in zip(inputs, hs):
+        if t.is_floating_point():
+            lib.lz_requires_grad(h, 1)
+    lib.lz_scope_begin()
+    try:
+        out = fn(*hs)
+        assert out, lib.lz_last_error()
+        shape = tuple(lib.lz_dim(out, d) for d in range(lib.lz_ndim(out)))
+        w = torch.randn(shape, generator=torch.Generator().manual_seed(5))
+        loss = lib.lz_sum(lib.lz_mul(out, _to_lazyc(w)))
+        val = torch.empty(shape)
+        lib.lz_to_host(out, ctypes.c_void_p(val.data_ptr()), val.numel() * 4)
+        assert lib.lz_backward(loss) == 0, lib.lz_last_error()
+        grads = []
+        for t, h in zip(inputs, hs):
+            if not t.is_floating_point():
+                continue
+            g = torch.empty(t.shape)
+            lib.lz_to_host(lib.lz_grad(h), ctypes.c_void_p(g.data_ptr()), g.numel() * 4)
+            grads.append(g)
+    finally:
+        lib.lz_scope_end()
+        for h in hs:
+            lib.lz_free(h)
+    return val, w, grads
+
+
+def test_c_ops_vs_torch():
+    """The C ops added for PyTorch models, called directly, against torch:
+    values and gradients, within 30x torch's own float32 error against
+    float64 (at least 1e-5)."""
+    from lazyc._lib import CrossEntropyOpts, AttentionOpts
+    torch.manual_seed(15)
+    t_idx = torch.tensor([[0, 2, 1, 1], [2, 2, 0, 1], [1, 0, 0, 2]])
+    ce_t = torch.tensor([1, -100, 3, 0, 2, -100])
+    cew = torch.rand(5) + 0.5
+    cases = [
+        ("silu", lambda x: lib.lz_silu(x), F.silu, [r(3, 7) * 3]),
+        ("sin cos", lambda x: lib.lz_add(lib.lz_sin(x), lib.lz_cos(x)), lambda x: x.sin() + x.cos(), [r(3, 7) * 3]),
+        ("minimum", lambda a, b: lib.lz_minimum(a, b), torch.minimum, [r(3, 7), r(3, 7)]),
+        ("tril -inf", lambda x: lib.lz_exp(lib.lz_tri_mask(x, 1, 0, ctypes.c_float(float("-inf")))),
+         lambda x: torch.exp(x.masked_fill(torch.ones(4, 6, dtype=torch.bool).triu(2), float("-inf"))), [r(2, 4, 6)]),
+        ("cumsum", lambda x: lib.lz_cumsum(x, 1), lambda x: x.cumsum(1), [r(3, 5, 2)]),
+        ("gather", lambda x, i: lib.lz_gather(x, 1, i), lambda x, i: torch.gather(x, 1, i), [r(3, 5), t_idx]),
+        ("cross_entropy_ex", lambda x, t, w: lib.lz_cross_entropy_ex(x, t, ctypes.byref(CrossEntropyOpts(
+            weight=w, ignore_index=-100, use_ignore_index=1, label_smoothing=0.15, reduction=0))),
+         lambda x, t, w: F.cross_entropy(x, t, weight=w.detach(), label_smoothing=0.15), [r(6, 5) * 2, ce_t, cew]),
+        ("attention_ex", lambda q, k, v: lib.lz_attention_ex(q, k, v, ctypes.byref(AttentionOpts(
+            scale=0.4, causal=1, enable_gqa=1))),
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.4, enable_gqa=True),
+         [r(2, 4, 5, 8), r(2, 2, 5, 8), r(2, 2, 5, 8)]),
+        ("rms_norm", lambda x, w: lib.lz_rms_norm(x, 1, w, ctypes.c_float(1e-6)),
+         lambda x, w: F.rms_norm(x, (6,), w, 1e-6), [r(3, 4, 6), r(6)]),
+        ("group_norm", lambda x, w, b: lib.lz_group_norm(x, 2, w, b, ctypes.c_float(1e-5)),
+         lambda x, w, b: F.group_norm(x, 2, w, b, 1e-5), [r(2, 4, 3, 3), r(4), r(4)]),
+    ]
+    fails = []
+    for name, lz_fn, torch_fn, inputs in cases:
+        val, w, grads = _lz_grads(lz_fn, inputs)
+        refs = []
+        for dt in (torch.float64, torch.float32):
+            ins = [t.to(dt).requires_grad_(True) if t.is_floating_point() else t for t in inputs]
+            out = torch_fn(*ins)
+            (out * w.to(dt)).sum().backward()
+            refs.append([out.detach()] + [t.grad for t in ins if t.is_floating_point() and t.grad is not None])
+        for k, (got, r64, r32) in enumerate(zip([val] + grads, refs[0], refs[1])):
+            tol = max(1e-5, 30 * parity.rel_err(r32, r64))
+            e = parity.rel_err(got, r64)
+            if not e <= tol:
+                fails.append("%s %s: %.1e (tolerance %.1e)" % (name, "value" if k == 0 else "grad %d" % k, e, tol))
     assert not fails, "\n  ".join([""] + fails)
 
 
@@ -164,8 +287,8 @@ def mlp():
     return nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 5))
 
 
-def assert_parity(name, model, x, y, opt="sgd", steps=3, loss_fn=parity.loss_ce):
-    problems, worst, counters = parity.check(model, x, y, opt, steps, loss_fn)
+def assert_parity(name, model, x, y, opt="sgd", steps=3, loss_fn=parity.loss_ce, clip=None):
+    problems, worst, counters = parity.check(model, x, y, opt, steps, loss_fn, clip)
     print("  %s/%s: worst %.1e at %s (tolerance %.1e); executions, compiles per call %s"
           % (name, opt, worst[2], worst[1], worst[3], counters), flush=True)
     assert not problems, "%s/%s: %s" % (name, opt, "; ".join(problems))
@@ -237,6 +360,306 @@ def test_only_loss_copied_back():
     step.close()
 
 
+def test_cross_entropy_ignore_index():
+    """HF's -100 padding labels and an explicit ignore_index train like
+    torch (on main the lowering ignored ignore_index: NaN for -100, 1.5714
+    for torch's 1.3826 with ignore_index=0)."""
+    torch.manual_seed(9)
+    x = r(8, 20)
+    y = torch.tensor([0, -100, 2, 3, -100, 1, 4, 0])
+    assert_parity("mlp-ce-100", mlp(), x, y, "adamw", loss_fn=F.cross_entropy)
+    assert_parity("mlp-ce-ignore0", mlp(), x, y.clamp(min=0), "sgd",
+                  loss_fn=lambda o, t: F.cross_entropy(o, t, ignore_index=0))
+    assert_parity("mlp-ce-smooth-sum", mlp(), x, y, "sgd",
+                  loss_fn=lambda o, t: F.cross_entropy(o, t, label_smoothing=0.1, reduction="sum"))
+    # the issue's numbers: torch 1.3826 and lazyc's 1.5714 before the fix
+    torch.manual_seed(0)
+    m = nn.Linear(4, 5)
+    xx, yy = r(6, 4), torch.tensor([0, 1, 0, 3, 4, 0])
+    want = F.cross_entropy(m(xx), yy, ignore_index=0).item()
+    step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.0),
+                          lambda o, t: F.cross_entropy(o, t, ignore_index=0))
+    got = step(xx, yy)
+    assert abs(got - want) <= 1e-5 * abs(want), (got, want)
+    step.close()
+
+
+def test_clip_grad_norm():
+    """train_step(clip_grad_norm=MAX) clips in the step's one execution like
+    torch.nn.utils.clip_grad_norm_ between backward and the update, and
+    grad_norm() gives torch's returned norm; clip_grad_norm_ called on such
+    a model warns once, naming what to use."""
+    torch.manual_seed(10)
+    x, y = r(8, 20), torch.randint(0, 5, (8,))
+    for opt in ("sgd", "adamw"):
+        assert_parity("mlp-clip", mlp(), x, y * 1, opt, steps=4, clip=0.05)
+    m1 = mlp()
+    m2 = copy.deepcopy(m1)
+    o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
+    step = lzt.train_step(m2, o2, parity.loss_ce, clip_grad_norm=0.1)
+    for i in range(3):
+        o1.zero_grad()
+        parity.loss_ce(m1(x), y).backward()
+        want = torch.nn.utils.clip_grad_norm_(m1.parameters(), 0.1).item()
+        o1.step()
+        lzt.metrics_reset()
+        step(x, y)
+        assert lzt.metrics()["transfers_from_device"] <= 1 or i < 2, lzt.metrics()
+        got = step.grad_norm()
+        assert abs(got - want) <= 1e-5 * want, (i, got, want)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        n1 = torch.nn.utils.clip_grad_norm_(m2.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(m2.parameters(), 1.0)
+    msgs = [str(x.message) for x in w if "lazyc" in str(x.message)]
+    assert len(msgs) == 1 and "clip_grad_norm=" in msgs[0] and "train_step" in msgs[0], msgs
+    assert float(n1) == 0.0   # torch itself finds no .grad: the reason for the warning
+    step.close()
+    try:
+        lzt.train_step(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), parity.loss_ce, clip_grad_norm=0)
+    except ValueError as e:
+        assert "clip_grad_norm" in str(e)
+    else:
+        raise AssertionError("clip_grad_norm=0 accepted")
+
+
+def test_arguments_not_implemented_raise_up_front():
+    """An argument a lowering does not implement is named, with the op,
+    by the check that runs before anything executes (on main these were
+    dropped silently or found only while tracing)."""
+    cases = [
+        ("divisor_override", lambda x: F.avg_pool2d(x, 2, divisor_override=3), (r(1, 2, 4, 4),)),
+        ("scale_grad_by_freq", lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
+         (r(5, 3), torch.tensor([1, 2]))),
+        ("dilation", lambda x: F.max_pool2d(x, 2, dilation=2), (r(1, 2, 6, 6),)),
+        ("nll_loss", lambda a, t: F.nll_loss(a, t), (r(2, 6, 2), torch.tensor([[0, 1], [2, 3]]))),
+        ("integer division", lambda n: n // 2 + torch.div(n, 3, rounding_mode="floor"), (torch.arange(4),)),
+        ("float64", lambda a: a.double().sum(), (r(3),)),
+    ]
+    for what, fn, args in cases:
+        gm = make_fx(fn, tracing_mode="fake")(*args)
+        bad = lower.unsupported_ops(gm)
+        assert bad and any(what in b or (what == "integer division" and "floor" in b) for b in bad), (what, bad)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.fc(F.avg_pool2d(x, 2, divisor_override=3).flatten(1))
+
+    m = M()
+    step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)
+    lzt.metrics_reset()
+    try:
+        step(r(2, 4, 4, 4), torch.tensor([0, 1]))
+    except lzt.Unsupported as e:
+        assert "avg_pool2d" in str(e) and "divisor_override=3" in str(e), str(e)
+    else:
+        raise AssertionError("divisor_override trained")
+    assert lzt.metrics()["executions"] == 0
+
+
+class TinyGPT(nn.Module):
+    """nanoGPT's shape: token and position embeddings, causal
+    self-attention through scaled_dot_product_attention(is_causal=True),
+    GELU MLP, pre-norm residual blocks, a head tied to the embedding."""
+
+    def __init__(self, vocab=50, ctx=16, d=32, heads=4, layers=2, bias=True):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            self.blocks.append(nn.ModuleDict(dict(
+                ln1=nn.LayerNorm(d, bias=bias), attn=nn.Linear(d, 3 * d, bias=bias),
+                proj=nn.Linear(d, d, bias=bias), ln2=nn.LayerNorm(d, bias=bias),
+                fc=nn.Linear(d, 4 * d, bias=bias), out=nn.Linear(4 * d, d, bias=bias))))
+        self.ln_f = nn.LayerNorm(d, bias=bias)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.heads = heads
+
+    def forward(self, idx):
+        b, t = idx.shape
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.blocks:
+            q, k, v = blk["attn"](blk["ln1"](x)).split(x.shape[-1], dim=2)
+            q, k, v = [z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v)]
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + blk["proj"](y.transpose(1, 2).contiguous().view(b, t, -1))
+            x = x + blk["out"](F.gelu(blk["fc"](blk["ln2"](x))))
+        return self.head(self.ln_f(x))
+
+
+def test_nanogpt_causal():
+    """is_causal=True attention, LayerNorm without bias, weight tying,
+    gradient clipping and a warm-up schedule (on main: is_causal raised at
+    the first call)."""
+    torch.manual_seed(11)
+    x = torch.randint(0, 50, (2, 16))
+    y = torch.randint(0, 50, (2, 16))
+    assert_parity("nanogpt", TinyGPT(bias=False), x, y, "adamw", steps=4, clip=1.0)
+    assert_parity("nanogpt-bias", TinyGPT(), x, y, "sgd", steps=3)
+
+
+class Branchy(nn.Module):
+    """Python that reads the batch's values, as HF's mask checks do: the
+    trace follows the first batch's branch and must not apply it to a batch
+    that takes the other one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if bool((x[:, 0] > 0).all()):
+            return h * 2.0
+        return h - 1.0
+
+
+def test_data_dependent_python_is_guarded():
+    """A forward with data-dependent Python (fake-tensor tracing stopped on
+    it on main) traces with the real batch; a later batch taking the other
+    branch is traced again (a guard), never run through the wrong branch."""
+    torch.manual_seed(12)
+    m1 = Branchy()
+    m2 = copy.deepcopy(m1)
+    o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
+    step = lzt.train_step(m2, o2, parity.loss_ce)
+    pos = torch.rand(6, 4) + 0.1
+    mixed = pos.clone()
+    mixed[2, 0] = -1.0
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    for i, x in enumerate([pos, pos, mixed, pos, mixed]):
+        o1.zero_grad()
+        l1 = parity.loss_ce(m1(x), y)
+        l1.backward()
+        o1.step()
+        l2 = step(x, y)
+        assert abs(l1.item() - l2) <= 1e-5 * max(1.0, abs(l2)), (i, l1.item(), l2)
+    assert step.retraces >= 2, step.retraces
+    step.close()
+
+    class ReadsWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            if self.fc.weight.sum() > 100:
+                x = x * 2
+            return self.fc(x)
+
+    m = ReadsWeight()
+    step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)
+    try:
+        step(pos, y)
+    except lzt.Unsupported as e:
+        assert "parameter" in str(e) and "test_bridge.py" in str(e), str(e)
+    else:
+        raise AssertionError("a branch on a parameter's value was not refused")
+
+
+def test_untraceable_names_module_and_line():
+    class Opaque(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            scale = x.sum(1).item()              # .item() of 2 numbers: an error in torch too
+            return self.fc(x) * scale
+
+    m = Opaque()
+    step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)
+    try:
+        step(r(2, 4), torch.tensor([0, 1]))
+    except lzt.Unsupported as e:
+        msg = str(e)
+        assert "Opaque" in msg and "test_bridge.py" in msg and ".item()" in msg, msg
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError("untraceable code gave %s: %s" % (type(e).__name__, e))
+    else:
+        raise AssertionError("an untraceable forward trained")
+
+
+def test_gradient_accumulation():
+    """accumulate=K: K micro-batches' gradients (of loss / K) added before
+    one update, inside the one execution, as torch's loop over micro-batches
+    with loss.backward() each; batch norm's statistics update per
+    micro-batch as in torch."""
+    torch.manual_seed(13)
+    # no conv bias before batch norm: its gradient is rounding noise, which
+    # AdamW scales up to a full step
+    m1 = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                       nn.Linear(4 * 36, 3))
+    m2 = copy.deepcopy(m1)
+    o1, o2 = parity.make_opt("adamw", m1.parameters()), parity.make_opt("adamw", m2.parameters())
+    step = lzt.train_step(m2, o2, parity.loss_ce, accumulate=2)
+    x, y = r(8, 3, 8, 8), torch.randint(0, 3, (8,))
+    for i in range(3):
+        o1.zero_grad()
+        total = 0.0
+        for k in range(2):
+            loss = parity.loss_ce(m1(x[4 * k:4 * k + 4]), y[4 * k:4 * k + 4]) / 2
+            loss.backward()
+            total += loss.item()
+        o1.step()
+        lzt.metrics_reset()
+        got = step(x, y)
+        assert abs(got - total) <= 1e-5 * max(1.0, abs(total)), (i, got, total)
+        assert i < 2 or lzt.metrics()["executions"] == 1, lzt.metrics()
+    lzt.sync(m2, o2)
+    for (k, v), w in zip(m1.state_dict().items(), m2.state_dict().values()):
+        assert torch.allclose(v.float(), w.float(), rtol=1e-4, atol=1e-5), (k, (v.float() - w.float()).abs().max())
+    step.close()
+
+
+def test_autocast_bf16():
+    """torch.autocast("cpu", torch.bfloat16) around the step runs lazyc's
+    bf16 autocast: close to torch's autocast run (bf16 products; lazyc keeps
+    their outputs in f32 where torch continues in bf16), visibly not the f32
+    step, one execution per step."""
+    torch.manual_seed(14)
+    m0 = mlp()
+    x, y = r(16, 20), torch.randint(0, 5, (16,))
+    runs = {}
+    for mode in ("torch_bf16", "lazyc_bf16", "lazyc_f32"):
+        m = copy.deepcopy(m0)
+        o = torch.optim.SGD(m.parameters(), lr=0.1)
+        step = lzt.train_step(m, o, parity.loss_ce) if mode.startswith("lazyc") else None
+        losses = []
+        for i in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode.endswith("bf16")):
+                if step is None:
+                    o.zero_grad()
+                    loss = parity.loss_ce(m(x), y)
+                    loss.backward()
+                    o.step()
+                    losses.append(loss.item())
+                else:
+                    lzt.metrics_reset()
+                    losses.append(step(x, y))
+                    assert i < 2 or lzt.metrics()["executions"] == 1
+        runs[mode] = losses
+        if step:
+            step.close()
+    for a, b in zip(runs["torch_bf16"], runs["lazyc_bf16"]):
+        assert abs(a - b) <= 2e-2 * abs(a), runs
+    assert runs["lazyc_bf16"] != runs["lazyc_f32"], runs
+    m = mlp()
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)(x, y)
+    except lzt.Unsupported as e:
+        assert "float16" in str(e)
+    else:
+        raise AssertionError("float16 autocast accepted")
+
+
 def test_unsupported_op_named():
     class M(nn.Module):
         def __init__(self):
@@ -244,16 +667,16 @@ def test_unsupported_op_named():
             self.fc = nn.Linear(4, 3)
 
         def forward(self, x):
-            return torch.cumsum(self.fc(x), 1)
+            return torch.erfinv(torch.tanh(self.fc(x)) * 0.5)
 
     m = M()
     step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), parity.loss_ce)
     try:
         step(r(2, 4), torch.tensor([0, 1]))
     except lzt.Unsupported as e:
-        assert "cumsum" in str(e), str(e)
+        assert "erfinv" in str(e) and "test_bridge.py" in str(e), str(e)   # the op and its source line
     else:
-        raise AssertionError("a model using cumsum trained")
+        raise AssertionError("a model using erfinv trained")
 
 
 def test_constants_made_while_tracing():
@@ -383,40 +806,77 @@ def test_zoo_parity(models=SMOKE_MODELS):
 
 # ---- torch.compile -------------------------------------------------------------
 
-def test_compile_backend():
-    """The MLP's forward and backward graphs run on lazyc (two executions per
-    step, no compile after the first) and train like eager torch; a model
-    with ops lazyc cannot lower falls back with a warning naming them."""
-    torch.manual_seed(7)
-    m1 = mlp()
-    m2 = copy.deepcopy(m1)
+def _compile_parity(m1, x, y, loss_fn=parity.loss_ce, steps=3, want_execs=2):
+    """torch.compile(backend="lazyc") of a copy of m1 against eager m1, SGD:
+    each state tensor within parity.py's tolerance (30x eager float32's own
+    error against a float64 run, at least 1e-4). Returns the compiled model
+    and the lazyc warnings."""
+    m2, m64 = copy.deepcopy(m1), copy.deepcopy(m1).double()
+    torch._dynamo.reset()
     cm = torch.compile(m2, backend="lazyc")
     o1, o2 = parity.make_opt("sgd", m1.parameters()), parity.make_opt("sgd", m2.parameters())
-    x, y = r(8, 20), torch.randint(0, 5, (8,))
+    o64 = parity.make_opt("sgd", m64.parameters())
+    x64 = x.double() if x.is_floating_point() else x
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        for i in range(3):
+        for i in range(steps):
+            o64.zero_grad()
+            loss_fn(m64(x64), y).backward()
+            o64.step()
             lzt.metrics_reset()
             for m, o in ((m1, o1), (cm, o2)):
                 o.zero_grad()
-                loss = parity.loss_ce(m(x), y)
+                loss = loss_fn(m(x), y)
                 loss.backward()
                 o.step()
             mt = lzt.metrics()
-            assert mt["executions"] == 2 and (i == 0 or mt["compiles"] == 0), (i, mt)
-    assert not [x for x in w if "lazyc" in str(x.message)], [str(x.message) for x in w]
-    for p, q in zip(m1.parameters(), m2.parameters()):
-        assert torch.allclose(p, q, rtol=1e-4, atol=1e-6)
+            if want_execs is not None:
+                assert mt["executions"] == want_execs and (i == 0 or mt["compiles"] == 0), (i, mt)
+    ref = m64.state_dict()
+    for (k, p), q in zip(m1.state_dict().items(), m2.state_dict().values()):
+        tol = max(parity.TOL, parity.MARGIN * parity.rel_err(p, ref[k]))
+        assert parity.rel_err(q, ref[k]) <= tol, (k, parity.rel_err(q, ref[k]), tol)
+    return cm, [str(x.message) for x in w if "lazyc" in str(x.message)]
+
+
+def test_compile_backend():
+    """torch.compile(backend="lazyc") trains in lazyc: each compiled graph's
+    forward is one execution and its backward another (an MLP, a CNN with
+    batch norm and pooling, a causal transformer: 2 executions per step, on
+    main the CNN's both graphs ran in eager torch), buffers updated like
+    torch's; inference with factory ops (arange) runs; an op lazyc cannot
+    lower runs alone in torch, with a warning naming it."""
+    torch.manual_seed(7)
+    x, y = r(8, 20), torch.randint(0, 5, (8,))
+    _, msgs = _compile_parity(mlp(), x, y)
+    assert not msgs, msgs
+    # Tanh, not ReLU, before the max pool: a conv-BN-ReLU-pool-conv-BN-ReLU
+    # CNN of this size differs from torch in train_step as well (docs/bridge.md,
+    # "Known differences"): this test is about the compile path
+    cnn = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Tanh(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(8, 5))
+    _, msgs = _compile_parity(cnn, r(4, 3, 12, 12), y[:4])
+    assert not msgs, msgs
+    gpt = TinyGPT()
+    tok = torch.randint(0, 50, (2, 16))
+    cm, msgs = _compile_parity(gpt, tok, torch.randint(0, 50, (2, 16)), loss_fn=parity.loss_ce)
+    assert not msgs, msgs
+    with torch.no_grad():
+        cm.eval()
+        gpt.eval()
+        assert torch.allclose(cm(tok), gpt(tok), rtol=1e-4, atol=1e-5)
 
     class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(20, 16), nn.Linear(16, 5)
+
         def forward(self, x):
-            return torch.cumsum(x, 1)
-    torch._dynamo.reset()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        out = torch.compile(M(), backend="lazyc")(x)
-    assert torch.allclose(out, torch.cumsum(x, 1))
-    assert any("cumsum" in str(x.message) for x in w), [str(x.message) for x in w]
+            return self.fc2(torch.erfinv(torch.tanh(self.fc1(x)) * 0.5))
+    _, msgs = _compile_parity(M(), x, y, want_execs=None)
+    assert any("erfinv" in m for m in msgs), msgs
+    assert lzt.metrics()["executions"] >= 2, lzt.metrics()
 
 
 # ---- the package ---------------------------------------------------------------
@@ -431,7 +891,7 @@ def test_only_declared_functions():
         assert "no declared signature" in str(e), e
     else:
         raise AssertionError("an undeclared function was callable")
-    names = {f.__closure__[0].cell_contents for f in lower.LOWER.values()
+    names = {f.fn_name for f in lower.LOWER.values()
              if getattr(f, "binary", False)}
     for name in names:
         assert getattr(lib, name).restype is not None, name

@@ -44,6 +44,16 @@ void lz_set_error(const char *fmt, ...)
 const char *lz_last_error(void) { return has_error ? last_error : NULL; }
 void lz_clear_error(void) { has_error = 0; last_error[0] = 0; }
 
+void lz_error_rename(const char *from, const char *to)
+{
+    size_t n = strlen(from);
+    if (!has_error || strncmp(last_error, from, n) != 0 || last_error[n] != ':')
+        return;
+    char rest[sizeof last_error];
+    snprintf(rest, sizeof rest, "%s", last_error + n);
+    snprintf(last_error, sizeof last_error, "%s%s", to, rest);
+}
+
 const char *lz_shape_str(char *buf, int ndim, const int64_t *shape)
 {
     int n = snprintf(buf, 96, "[");

@@ -9,6 +9,9 @@
 void *lz_errorf(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
 /* Like lz_errorf but returns -1, for int-returning calls. */
 int   lz_errorf_int(const char *fmt, ...) LZ_PRINTF_FORMAT(1, 2);
+/* When the error names the call `from` ("from: ..."), makes it name `to`
+   instead: a call built on another reports under its own name. */
+void  lz_error_rename(const char *from, const char *to);
 /* Formats a shape as "[2, 3]" into buf (at least 96 bytes); returns buf. */
 const char *lz_shape_str(char *buf, int ndim, const int64_t *shape);
 const char *lz_dtype_name(lz_dtype dtype);

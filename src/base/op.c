@@ -25,6 +25,8 @@ int lz_op_is_elementwise(lz_op op)
     case LZ_OP_ADD: case LZ_OP_SUB: case LZ_OP_MUL: case LZ_OP_DIV: case LZ_OP_MAXIMUM:
     case LZ_OP_GT: case LZ_OP_LT: case LZ_OP_GE: case LZ_OP_LE: case LZ_OP_EQ:
     case LZ_OP_WHERE: case LZ_OP_RELU_GRAD: case LZ_OP_GELU_GRAD:
+    case LZ_OP_SILU: case LZ_OP_SILU_GRAD: case LZ_OP_SIN: case LZ_OP_COS: case LZ_OP_NE:
+    case LZ_OP_MINIMUM: case LZ_OP_CLIP_COEF:
         return 1;
     default:
         return 0;
@@ -66,6 +68,12 @@ const char *lz_op_name(lz_op op)
         [LZ_OP_TEST_GATE] = "test_gate",
         [LZ_OP_ALLREDUCE_START] = "allreduce_start", [LZ_OP_ALLREDUCE_WAIT] = "allreduce_wait",
         [LZ_OP_FUSED_ELEMENTWISE] = "fused_elementwise",
+        [LZ_OP_SILU] = "silu", [LZ_OP_SILU_GRAD] = "silu_grad", [LZ_OP_SIN] = "sin",
+        [LZ_OP_COS] = "cos", [LZ_OP_NE] = "ne", [LZ_OP_MINIMUM] = "minimum",
+        [LZ_OP_CLIP_COEF] = "clip_coef", [LZ_OP_CE_ROWS] = "ce_rows",
+        [LZ_OP_CE_ROWS_GRAD] = "ce_rows_grad", [LZ_OP_CE_ROW_WEIGHT] = "ce_row_weight",
+        [LZ_OP_TRI_MASK] = "tri_mask", [LZ_OP_CUMSUM] = "cumsum", [LZ_OP_GATHER] = "gather",
+        [LZ_OP_SCATTER_ADD] = "scatter_add", [LZ_OP_ARGMAX] = "argmax",
     };
     return op < LZ_OP_COUNT && names[op] ? names[op] : "unknown";
 }

@@ -101,6 +101,31 @@ typedef enum lz_op {
                            iattr[0] mean (divides by the rank count) */
     LZ_OP_FUSED_ELEMENTWISE, /* made by the compiler only (compile/fuse.c): a chain of
                            element-wise steps run as one pass (lz_instr.fused) */
+    /* ---- added for models from PyTorch (ops/activation_ext.c, index.c,
+       loss_ext.c; kernels backends/cpu/k_elementwise_ext.c, k_index.c,
+       k_loss_ext.c) ---- */
+    LZ_OP_SILU,         /* x * sigmoid(x) */
+    LZ_OP_SILU_GRAD,    /* (x, g) -> g * silu'(x) */
+    LZ_OP_SIN, LZ_OP_COS,
+    LZ_OP_NE,           /* a != b -> f32 0/1, like the other comparisons */
+    LZ_OP_MINIMUM,      /* NaN in either operand wins, as torch.minimum */
+    LZ_OP_CLIP_COEF,    /* total norm -> min(fattr[0] / (x + 1e-6), 1): torch's
+                           clip_grad_norm_ coefficient */
+    LZ_OP_CE_ROWS,      /* (logits [N,C], target [N] int[, weight [C]]) -> [N]
+                           per-row loss; iattr[0] ignore_index, iattr[1] uses it,
+                           iattr[2] has weight; fattr[0] label smoothing */
+    LZ_OP_CE_ROWS_GRAD, /* (logits, target, g [N][, weight]) -> [N,C]; same attrs */
+    LZ_OP_CE_ROW_WEIGHT,/* (target[, weight]) -> [N] f32: the row's weight in a
+                           mean (weight[t] or 1, 0 when ignored); same attrs */
+    LZ_OP_TRI_MASK,     /* over the last two axes: elements with j - i > iattr[0]
+                           (iattr[1] == 0, tril) or j - i < iattr[0] (iattr[1] == 1,
+                           triu) become fattr[0] */
+    LZ_OP_CUMSUM,       /* iattr[0] axis, iattr[1] reverse (from the end) */
+    LZ_OP_GATHER,       /* (x, idx) -> idx shape: x[.., idx[..], ..] along iattr[0] */
+    LZ_OP_SCATTER_ADD,  /* (src, idx) -> node shape: zeros, src added at idx along
+                           iattr[0] (gather's gradient) */
+    LZ_OP_ARGMAX,       /* i64 index of the first maximum along iattr[0]; iattr[1]
+                           keepdim; NaN counts as the maximum, as in torch */
     LZ_OP_COUNT
 } lz_op;
 

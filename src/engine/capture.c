@@ -598,7 +598,8 @@ static binding bind_leaf(trace *tr, const lz_fn *f, lz_tensor *const *in, const 
 }
 
 /* The roots of a trace's graph: the returned pending tensors first, then
-   every other pending tensor, which is state (into state, if given). A
+   every other pending tensor, which is state (into state, if given) unless
+   it is a value an autograd record saved. A
    warm-up trace cuts the same roots in the same order as the capture that
    follows, so the two are one graph and compile once. */
 static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node ***roots,
@@ -617,9 +618,10 @@ static int trace_roots(const lz_fn *f, lz_tensor **out, uint32_t epoch, lz_node 
         if (!out[j]->node->buf) (*roots)[n_roots++] = out[j]->node;
     for (lz_tensor *t = lz_live_first(); t; t = t->live_next) {
         if (is_returned(t, out, f->n_out) && t->capture_epoch != epoch) continue;
-        if (t->internal) continue;   /* a record's saved value: this call's, not state */
         (*roots)[n_roots++] = t->node;
-        st[ns++] = t;
+        /* a record's saved value is computed in this execution, but it is
+           this call's: a replay must not write its values into it */
+        if (!t->internal) st[ns++] = t;
     }
     if (state) { *state = st; *n_state = ns; }
     else free(st);

@@ -39,16 +39,16 @@
  * made, never at the first step: a handle made inside lz_adamw_step would
  * belong to the caller's scope, and step 1 records the same graph as every
  * later step, so a training loop compiles once.
+ * The parameters, rate, state and the calls every optimizer shares are the
+ * base's (nn/optimizer.h); this file is the options and the update.
  */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lazyc.h"
 #include "base/error.h"
-#include "base/thread.h"
 #include "nn/optim_opts.h"
+#include "nn/optimizer.h"
 #include "ops/ops_util.h"
 
 /* Lowest t log(beta): exp(-80) ~ 1.8e-35 is a normal f32, and
@@ -56,14 +56,14 @@
 #define LOG_POW_FLOOR -80.0
 
 struct lz_adamw {
-    int n;
-    lz_tensor **params;          /* held (lz_optim_hold_params) */
-    lz_tensor **m, **v;          /* owned: first and second moments */
-    lz_tensor **steps;           /* owned: per parameter, 0-d step count */
+    lz_optimizer base;
+    lz_tensor **m, **v;          /* state: first and second moments */
+    lz_tensor **steps;           /* state: per parameter, 0-d step count */
     int64_t *taken;              /* per parameter: steps recorded for it */
-    unsigned char *grouped;      /* scratch for lz_adamw_step */
-    lz_adamw_opts opts;
-    lz_tensor *lr, *one;
+    int64_t *taken_before;       /* scratch: taken before a step, put back if it fails */
+    unsigned char *grouped;      /* scratch for the step */
+    int decoupled;
+    lz_tensor *one;
     lz_tensor *beta1, *c1;       /* beta1, 1 - beta1 */
     lz_tensor *beta2, *c2;       /* beta2, 1 - beta2 */
     lz_tensor *log_b1, *log_b2;  /* log beta, floored */
@@ -72,26 +72,9 @@ struct lz_adamw {
     lz_tensor *wd;               /* NULL when weight_decay == 0 */
 };
 
-void lz_adamw_free(lz_adamw *opt)
+static lz_optimizer *base_of(lz_adamw *opt)
 {
-    if (!opt)
-        return;
-    lz_tensor **per_param[3] = { opt->m, opt->v, opt->steps };
-    for (int k = 0; k < 3; k++) {
-        if (per_param[k])
-            for (int i = 0; i < opt->n; i++)
-                lz_free(per_param[k][i]);
-        free(per_param[k]);
-    }
-    lz_tensor *scalars[] = { opt->lr, opt->one, opt->beta1, opt->c1, opt->beta2, opt->c2,
-                             opt->log_b1, opt->log_b2, opt->floor_y, opt->eps, opt->wd };
-    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
-        lz_free(scalars[i]);
-    lz_optim_drop_params(opt->params, opt->n);
-    free(opt->params);
-    free(opt->taken);
-    free(opt->grouped);
-    free(opt);
+    return opt ? &opt->base : NULL;
 }
 
 static int bad_value(float x)
@@ -99,24 +82,22 @@ static int bad_value(float x)
     return isnan(x) || isinf(x);
 }
 
-/* The same checks as torch.optim.Adam's and AdamW's constructors. */
-static int check_opts(lz_adamw_opts o)
+/* The same checks as torch.optim.Adam's and AdamW's constructors (lr:
+   lz_optim_new). */
+static int check_opts(const char *fn, lz_adamw_opts o)
 {
-    if (bad_value(o.lr) || o.lr < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid learning rate (lr) %g: must be finite and >= 0",
-                             (double)o.lr);
     if (bad_value(o.eps) || o.eps < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid epsilon value (eps) %g: must be finite and >= 0",
+        return lz_errorf_int("%s: invalid epsilon value (eps) %g: must be finite and >= 0", fn,
                              (double)o.eps);
     if (isnan(o.beta1) || o.beta1 < 0.0f || o.beta1 >= 1.0f)
-        return lz_errorf_int("lz_adamw_new: invalid beta1 %g: must be in [0, 1)", (double)o.beta1);
+        return lz_errorf_int("%s: invalid beta1 %g: must be in [0, 1)", fn, (double)o.beta1);
     if (isnan(o.beta2) || o.beta2 < 0.0f || o.beta2 >= 1.0f)
-        return lz_errorf_int("lz_adamw_new: invalid beta2 %g: must be in [0, 1)", (double)o.beta2);
+        return lz_errorf_int("%s: invalid beta2 %g: must be in [0, 1)", fn, (double)o.beta2);
     if (bad_value(o.weight_decay) || o.weight_decay < 0.0f)
-        return lz_errorf_int("lz_adamw_new: invalid weight_decay %g: must be finite and >= 0",
+        return lz_errorf_int("%s: invalid weight_decay %g: must be finite and >= 0", fn,
                              (double)o.weight_decay);
     if (o.decoupled != 0 && o.decoupled != 1)
-        return lz_errorf_int("lz_adamw_new: decoupled is %d, expected 0 (Adam) or 1 (AdamW)",
+        return lz_errorf_int("%s: decoupled is %d, expected 0 (Adam) or 1 (AdamW)", fn,
                              o.decoupled);
     return 0;
 }
@@ -125,107 +106,6 @@ static float floored_log(float beta)
 {
     double l = beta > 0.0f ? log((double)beta) : LOG_POW_FLOOR;
     return (float)(l < LOG_POW_FLOOR ? LOG_POW_FLOOR : l);
-}
-
-static int make_state(lz_adamw *opt)
-{
-    for (int i = 0; i < opt->n; i++) {
-        lz_tensor *p = opt->params[i];
-        int64_t shape[LZ_MAX_DIMS];
-        for (int d = 0; d < lz_ndim(p); d++)
-            shape[d] = lz_dim(p, d);
-        /* data zeros, so that step 1 reads data leaves like every later step */
-        opt->m[i] = lz_zeros(LZ_F32, lz_ndim(p), shape);
-        opt->v[i] = lz_zeros(LZ_F32, lz_ndim(p), shape);
-        opt->steps[i] = lz_scalar(0.0f);
-        if (!opt->m[i] || !opt->v[i] || !opt->steps[i])
-            return -1;
-    }
-    return 0;
-}
-
-lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts o)
-{
-    if (lz_optim_check_params("lz_adamw_new", params, n))
-        return NULL;
-    /* zero fields: torch's defaults; weight_decay 0 stays none (see lazyc.h) */
-    o.lr = lz_opt_or(o.lr, 1e-3f);
-    o.beta1 = lz_opt_or(o.beta1, 0.9f);
-    o.beta2 = lz_opt_or(o.beta2, 0.999f);
-    o.eps = lz_opt_or(o.eps, 1e-8f);
-    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
-    if (check_opts(o) != 0)
-        return NULL;
-
-    lz_adamw *opt = calloc(1, sizeof *opt);
-    if (!opt)
-        return lz_errorf("lz_adamw_new: out of memory");
-    opt->n = n;
-    opt->opts = o;
-    size_t cnt = (size_t)(n > 0 ? n : 1);
-    opt->params = calloc(cnt, sizeof *opt->params);
-    opt->m = calloc(cnt, sizeof *opt->m);
-    opt->v = calloc(cnt, sizeof *opt->v);
-    opt->steps = calloc(cnt, sizeof *opt->steps);
-    opt->taken = calloc(cnt, sizeof *opt->taken);
-    opt->grouped = calloc(cnt, 1);
-    if (!opt->params || !opt->m || !opt->v || !opt->steps || !opt->taken || !opt->grouped) {
-        lz_adamw_free(opt);
-        return lz_errorf("lz_adamw_new: out of memory");
-    }
-    if (lz_optim_hold_params("lz_adamw_new", opt->params, params, n) != 0) {
-        free(opt->params);
-        opt->params = NULL;
-        lz_adamw_free(opt);
-        return NULL;
-    }
-
-    /* 1 - beta in double, as torch computes its alpha and value arguments
-       before they are rounded to the parameters' f32 */
-    int failed = !(opt->lr = lz_scalar(o.lr));
-    failed |= !(opt->one = lz_scalar(1.0f));
-    failed |= !(opt->beta1 = lz_scalar(o.beta1));
-    failed |= !(opt->c1 = lz_scalar((float)(1.0 - (double)o.beta1)));
-    failed |= !(opt->beta2 = lz_scalar(o.beta2));
-    failed |= !(opt->c2 = lz_scalar((float)(1.0 - (double)o.beta2)));
-    failed |= !(opt->log_b1 = lz_scalar(floored_log(o.beta1)));
-    failed |= !(opt->log_b2 = lz_scalar(floored_log(o.beta2)));
-    failed |= !(opt->floor_y = lz_scalar((float)LOG_POW_FLOOR));
-    failed |= !(opt->eps = lz_scalar(o.eps));
-    if (o.weight_decay != 0.0f)
-        failed |= !(opt->wd = lz_scalar(o.weight_decay));
-    if (failed || make_state(opt) != 0) {
-        lz_adamw_free(opt);
-        return NULL;
-    }
-    return opt;
-}
-
-void lz_adamw_set_lr(lz_adamw *opt, float lr)
-{
-    if (!opt) {
-        lz_errorf("lz_adamw_set_lr: optimizer is NULL");
-        return;
-    }
-    if (lz_owner_check("lz_adamw_set_lr")) return;
-    if (bad_value(lr) || lr < 0.0f) {
-        lz_errorf("lz_adamw_set_lr: invalid learning rate %g (the rate stays %g)", (double)lr,
-                  (double)opt->opts.lr);
-        return;
-    }
-    opt->opts.lr = lr;
-    lz_copy_from_host(opt->lr, &lr, sizeof lr);
-}
-
-void lz_adamw_zero_grad(lz_adamw *opt)
-{
-    if (!opt) {
-        lz_errorf("lz_adamw_zero_grad: optimizer is NULL");
-        return;
-    }
-    if (lz_owner_check("lz_adamw_zero_grad")) return;
-    for (int i = 0; i < opt->n; i++)
-        lz_zero_grad(opt->params[i]);
 }
 
 /* 1 - beta^t as -expm1(t log beta), by Kahan's formula (see the top). */
@@ -245,9 +125,9 @@ typedef struct group_step {
 /* Records the update of parameter i. Temporaries belong to the step's scope. */
 static int step_one(lz_adamw *opt, int i, const group_step *gs, lz_tensor *decay)
 {
-    lz_tensor *p = opt->params[i];
+    lz_tensor *p = opt->base.params[i];
     lz_tensor *g = lz_grad(p);
-    if (opt->wd && !opt->opts.decoupled)
+    if (opt->wd && !opt->decoupled)
         g = lz_add(g, lz_mul(opt->wd, p));
     if (decay)
         p = lz_mul(p, decay);
@@ -256,9 +136,9 @@ static int step_one(lz_adamw *opt, int i, const group_step *gs, lz_tensor *decay
     lz_tensor *denom = lz_add(lz_div(lz_sqrt(v), gs->bc2_sqrt), opt->eps);
     lz_tensor *np = lz_sub(p, lz_div(lz_mul(gs->step_size, m), denom));
     if (!np || lz_assign(opt->m[i], m) != 0 || lz_assign(opt->v[i], v) != 0 ||
-        lz_assign(opt->params[i], np) != 0)
+        lz_assign(opt->base.params[i], np) != 0)
         return -1;
-    return lz_autocast_refresh(opt->params[i]);   /* the next step's bf16 copy, if autocast reads it */
+    return lz_autocast_refresh(opt->base.params[i]);   /* the next step's bf16 copy, if autocast reads it */
 }
 
 /* Steps every parameter that has a grad and has taken as many steps as
@@ -267,14 +147,14 @@ static int step_group(lz_adamw *opt, int lead, lz_tensor *decay)
 {
     lz_tensor *t = lz_add(opt->steps[lead], opt->one);
     group_step gs = {
-        .step_size = lz_div(opt->lr, bias_correction(opt, t, opt->log_b1)),
+        .step_size = lz_div(opt->base.lr, bias_correction(opt, t, opt->log_b1)),
         .bc2_sqrt = lz_sqrt(bias_correction(opt, t, opt->log_b2)),
     };
     if (!gs.step_size || !gs.bc2_sqrt)
         return -1;
     int64_t taken = opt->taken[lead];
-    for (int i = lead; i < opt->n; i++) {
-        if (opt->grouped[i] || opt->taken[i] != taken || !lz_grad(opt->params[i]))
+    for (int i = lead; i < opt->base.n; i++) {
+        if (opt->grouped[i] || opt->taken[i] != taken || !lz_grad(opt->base.params[i]))
             continue;
         opt->grouped[i] = 1;
         if (step_one(opt, i, &gs, decay) != 0 || lz_assign(opt->steps[i], t) != 0)
@@ -284,58 +164,138 @@ static int step_group(lz_adamw *opt, int lead, lz_tensor *decay)
     return 0;
 }
 
-int lz_adamw_step(lz_adamw *opt)
+static int adamw_step(lz_optimizer *base, const char *fn)
 {
-    if (!opt)
-        return lz_errorf_int("lz_adamw_step: optimizer is NULL");
-    if (lz_owner_check("lz_adamw_step"))
-        return -1;
-    lz_optim_undo undo;
-    lz_tensor **const touched[4] = {opt->params, opt->m, opt->v, opt->steps};
-    if (lz_optim_undo_begin(&undo, "lz_adamw_step", touched, 4, opt->n, NULL) != 0)
-        return -1;
-    int64_t *taken = malloc(sizeof *taken * (size_t)(opt->n + 1));
-    if (!taken)
-        return lz_optim_undo_end(&undo, lz_errorf_int("lz_adamw_step: out of memory"));
-    memcpy(taken, opt->taken, sizeof *taken * (size_t)opt->n);
+    (void)fn;
+    lz_adamw *opt = (lz_adamw *)base;
+    int n = base->n;
+    memcpy(opt->taken_before, opt->taken, sizeof *opt->taken * (size_t)n);
     int rc = 0;
-    lz_no_grad_begin();
-    lz_scope_begin();
     lz_tensor *decay = NULL;
-    if (opt->opts.decoupled && opt->wd) {
-        decay = lz_sub(opt->one, lz_mul(opt->lr, opt->wd));
+    if (opt->decoupled && opt->wd) {
+        decay = lz_sub(opt->one, lz_mul(base->lr, opt->wd));
         rc = decay ? 0 : -1;
     }
-    for (int i = 0; i < opt->n; i++)
-        opt->grouped[i] = 0;
+    memset(opt->grouped, 0, (size_t)n);
     /* torch skips a parameter without a gradient: its count stays behind */
-    for (int i = 0; i < opt->n && rc == 0; i++)
-        if (!opt->grouped[i] && lz_grad(opt->params[i]))
+    for (int i = 0; i < n && rc == 0; i++)
+        if (!opt->grouped[i] && lz_grad(base->params[i]))
             rc = step_group(opt, i, decay);
-    lz_scope_end();
-    lz_no_grad_end();
     if (rc != 0)   /* the counts go back with the tensors */
-        memcpy(opt->taken, taken, sizeof *taken * (size_t)opt->n);
-    free(taken);
-    return lz_optim_undo_end(&undo, rc);
+        memcpy(opt->taken, opt->taken_before, sizeof *opt->taken * (size_t)n);
+    return rc;
 }
+
+static void adamw_free(lz_optimizer *base)
+{
+    lz_adamw *opt = (lz_adamw *)base;   /* the tensors are the base's */
+    free(opt->m);
+    free(opt->v);
+    free(opt->steps);
+    free(opt->taken);
+    free(opt->taken_before);
+    free(opt->grouped);
+}
+
+static const lz_optimizer_vt adamw_vt = {.name = "adamw", .step = adamw_step, .free = adamw_free};
+static const lz_optimizer_vt adam_vt = {.name = "adam", .step = adamw_step, .free = adamw_free};
 
 /* torch's state names: exp_avg, exp_avg_sq and step, per parameter. The
    grouping above knows the counts only as recorded by this optimizer: a
    restored state whose parameters have different counts (some skipped
    steps) is stepped as if every count equalled the first one's. */
+static int make_state(lz_adamw *opt)
+{
+    lz_optimizer *b = &opt->base;
+    size_t cnt = (size_t)(b->n > 0 ? b->n : 1);
+    opt->m = calloc(cnt, sizeof *opt->m);
+    opt->v = calloc(cnt, sizeof *opt->v);
+    opt->steps = calloc(cnt, sizeof *opt->steps);
+    opt->taken = calloc(cnt, sizeof *opt->taken);
+    opt->taken_before = calloc(cnt, sizeof *opt->taken_before);
+    opt->grouped = calloc(cnt, 1);
+    if (!opt->m || !opt->v || !opt->steps || !opt->taken || !opt->taken_before || !opt->grouped)
+        return lz_errorf_int("%s: out of memory", b->made_by);
+    for (int i = 0; i < b->n; i++)
+        if (!(opt->m[i] = lz_optim_zeros_like(b, i, "exp_avg.%d", i)) ||
+            !(opt->v[i] = lz_optim_zeros_like(b, i, "exp_avg_sq.%d", i)) ||
+            !(opt->steps[i] = lz_optim_add_state(b, lz_scalar(0.0f), "step.%d", i)))
+            return -1;
+    return 0;
+}
+
+/* 1 - beta in double, as torch computes its alpha and value arguments
+   before they are rounded to the parameters' f32 */
+static int make_scalars(lz_adamw *opt, lz_adamw_opts o)
+{
+    lz_optimizer *b = &opt->base;
+    int failed = !(opt->one = lz_optim_scalar(b, 1.0f));
+    failed |= !(opt->beta1 = lz_optim_scalar(b, o.beta1));
+    failed |= !(opt->c1 = lz_optim_scalar(b, (float)(1.0 - (double)o.beta1)));
+    failed |= !(opt->beta2 = lz_optim_scalar(b, o.beta2));
+    failed |= !(opt->c2 = lz_optim_scalar(b, (float)(1.0 - (double)o.beta2)));
+    failed |= !(opt->log_b1 = lz_optim_scalar(b, floored_log(o.beta1)));
+    failed |= !(opt->log_b2 = lz_optim_scalar(b, floored_log(o.beta2)));
+    failed |= !(opt->floor_y = lz_optim_scalar(b, (float)LOG_POW_FLOOR));
+    failed |= !(opt->eps = lz_optim_scalar(b, o.eps));
+    if (o.weight_decay != 0.0f)
+        failed |= !(opt->wd = lz_optim_scalar(b, o.weight_decay));
+    return failed ? -1 : 0;
+}
+
+static lz_optimizer *adamw_new(const char *fn, lz_tensor *const *params, int n, lz_adamw_opts o)
+{
+    /* zero fields: torch's defaults; weight_decay 0 stays none (see lazyc.h) */
+    o.lr = lz_opt_or(o.lr, 1e-3f);
+    o.beta1 = lz_opt_or(o.beta1, 0.9f);
+    o.beta2 = lz_opt_or(o.beta2, 0.999f);
+    o.eps = lz_opt_or(o.eps, 1e-8f);
+    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
+    const lz_optimizer_vt *vt = o.decoupled ? &adamw_vt : &adam_vt;
+    lz_adamw *opt = (lz_adamw *)lz_optim_new(sizeof *opt, vt, fn, params, n, o.lr);
+    if (!opt)
+        return NULL;
+    opt->decoupled = o.decoupled;
+    if (check_opts(fn, o) != 0 || make_scalars(opt, o) != 0 || make_state(opt) != 0) {
+        lz_optim_free(&opt->base);
+        return NULL;
+    }
+    return &opt->base;
+}
+
+lz_optimizer *lz_optimizer_adamw(lz_tensor *const *params, int n, lz_adamw_opts opts)
+{
+    return adamw_new("lz_optimizer_adamw", params, n, opts);
+}
+
+/* ---- lazyc.h's lz_adamw_* calls: the interface under their own names ---- */
+
+lz_adamw *lz_adamw_new(lz_tensor *const *params, int n, lz_adamw_opts opts)
+{
+    return (lz_adamw *)adamw_new("lz_adamw_new", params, n, opts);
+}
+
+void lz_adamw_set_lr(lz_adamw *opt, float lr)
+{
+    lz_optim_set_lr(base_of(opt), lr, "lz_adamw_set_lr");
+}
+
+int lz_adamw_step(lz_adamw *opt)
+{
+    return lz_optim_step(base_of(opt), "lz_adamw_step");
+}
+
+void lz_adamw_zero_grad(lz_adamw *opt)
+{
+    lz_optim_zero_grad(base_of(opt), "lz_adamw_zero_grad");
+}
+
+void lz_adamw_free(lz_adamw *opt)
+{
+    lz_optim_free(base_of(opt));
+}
+
 int lz_adamw_state(lz_adamw *opt, lz_params *into, const char *prefix)
 {
-    if (!opt || !into || !prefix)
-        return lz_errorf_int("lz_adamw_state: NULL argument");
-    static const char *const names[3] = { "exp_avg", "exp_avg_sq", "step" };
-    lz_tensor **per_param[3] = { opt->m, opt->v, opt->steps };
-    char name[512];
-    for (int i = 0; i < opt->n; i++)
-        for (int k = 0; k < 3; k++) {
-            snprintf(name, sizeof name, "%s.%s.%d", prefix, names[k], i);
-            if (!lz_params_add(into, name, lz_retain(per_param[k][i]), 0))
-                return -1;
-        }
-    return 0;
+    return lz_optim_state(base_of(opt), into, prefix, "lz_adamw_state");
 }

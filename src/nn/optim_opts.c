@@ -29,10 +29,10 @@ int lz_optim_check_params(const char *fn, lz_tensor *const *params, int n)
     return 0;
 }
 
-int lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor **const *groups, int k,
-                        int n_each, lz_tensor *single)
+int lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor *const *a, int na,
+                        lz_tensor *const *b, int nb)
 {
-    int cap = k * n_each + 1;
+    int cap = na + nb + 1;
     u->n = 0;
     u->t = malloc(sizeof *u->t * (size_t)cap);
     u->node = malloc(sizeof *u->node * (size_t)cap);
@@ -42,9 +42,8 @@ int lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor **const *gro
         u->t = NULL, u->node = NULL;
         return lz_errorf_int("%s: out of memory", fn);
     }
-    for (int g = 0; g < k; g++)
-        for (int i = 0; groups[g] && i < n_each; i++) u->t[u->n++] = groups[g][i];
-    if (single) u->t[u->n++] = single;
+    for (int i = 0; i < na; i++) u->t[u->n++] = a[i];
+    for (int i = 0; i < nb; i++) u->t[u->n++] = b[i];
     for (int i = 0; i < u->n; i++) {
         u->node[i] = u->t[i]->node;
         lz_node_ref(u->node[i]);

@@ -1,15 +1,11 @@
-/* What the optimizers' constructors share: reading an options field whose
- * zero means torch's default, and checking the parameter list. */
+/* What the optimizers' base (nn/optimizer.c) and the schedules build on:
+ * reading an options field whose zero means torch's default, checking and
+ * holding the parameter list, and undoing a step that failed part-way. */
 #ifndef LZ_OPTIM_OPTS_H
 #define LZ_OPTIM_OPTS_H
 
 #include "lazyc.h"
-
-/* v, with 0 read as dflt and LZ_OPT_ZERO as an explicit 0. */
-static inline float lz_opt_or(float v, float dflt)
-{
-    return v == 0.0f ? dflt : v == LZ_OPT_ZERO ? 0.0f : v;
-}
+#include "base/opt_or.h"
 
 /* 0, or -1 with an error naming fn and the parameter: a NULL array or
    entry, a dtype other than f32, a tensor that does not require grad, or
@@ -33,11 +29,10 @@ typedef struct lz_optim_undo {
     struct lz_node **node;
 } lz_optim_undo;
 
-/* Records the n tensors of groups[0..k) (each an array of n_each, NULL
-   arrays skipped) and single (may be NULL). -1 and an error when out of
-   memory (nothing recorded). */
-int  lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor **const *groups, int k,
-                         int n_each, lz_tensor *single);
+/* Records the tensors of a[0..na) and b[0..nb). -1 and an error naming
+   fn when out of memory (nothing recorded). */
+int  lz_optim_undo_begin(lz_optim_undo *u, const char *fn, lz_tensor *const *a, int na,
+                         lz_tensor *const *b, int nb);
 /* rc != 0: every tensor gets its recorded value back. Frees u; returns rc. */
 int  lz_optim_undo_end(lz_optim_undo *u, int rc);
 

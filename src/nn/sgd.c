@@ -24,23 +24,22 @@
  * The buffers start as zeros made when the optimizer is made, not at the
  * first step: a handle made inside lz_sgd_step would belong to the caller's
  * scope, and a loop that wraps each step in a scope would free them.
+ * The parameters, rate, state and the calls every optimizer shares are the
+ * base's (nn/optimizer.h); this file is the options and the update.
  */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
-#include "lazyc.h"
 #include "base/error.h"
-#include "base/thread.h"
 #include "nn/optim_opts.h"
+#include "nn/optimizer.h"
 #include "ops/ops_util.h"
 
 struct lz_sgd {
-    int n;
-    lz_tensor **params;          /* held (lz_optim_hold_params) */
-    lz_tensor **bufs;            /* owned; NULL when momentum == 0 */
-    lz_sgd_opts opts;
-    lz_tensor *lr, *wd;          /* wd: NULL when weight_decay == 0 */
+    lz_optimizer base;
+    lz_tensor **bufs;            /* state; NULL when momentum == 0 */
+    int nesterov;
+    lz_tensor *wd;               /* NULL when weight_decay == 0 */
     lz_tensor *mom, *damp;       /* damp: NULL when dampening == 0 */
     lz_tensor *one, *started;    /* started: 0, then 1 once a step is recorded */
     lz_tensor *on;               /* 1, read by nothing but `started`: a buffer the graph
@@ -48,152 +47,35 @@ struct lz_sgd {
                                     bind the same slots and compile once */
 };
 
-static int64_t zero_fill_elems(lz_tensor *const *params, int n)
+static lz_optimizer *base_of(lz_sgd *opt)
 {
-    int64_t most = 1;
-    for (int i = 0; i < n; i++)
-        if (lz_numel(params[i]) > most)
-            most = lz_numel(params[i]);
-    return most;
+    return opt ? &opt->base : NULL;
 }
 
-void lz_sgd_free(lz_sgd *opt)
+/* The same checks as torch.optim.SGD's constructor (lr: lz_optim_new). */
+static int check_opts(const char *fn, lz_sgd_opts o)
 {
-    if (!opt)
-        return;
-    if (opt->bufs)
-        for (int i = 0; i < opt->n; i++)
-            lz_free(opt->bufs[i]);
-    lz_tensor *scalars[] = { opt->lr, opt->wd, opt->mom, opt->damp, opt->one, opt->started, opt->on };
-    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
-        lz_free(scalars[i]);
-    lz_optim_drop_params(opt->params, opt->n);
-    free(opt->params);
-    free(opt->bufs);
-    free(opt);
-}
-
-/* Makes the momentum buffers: zeros as data (from the host), so that the
-   first step reads a data leaf like every later step does. */
-static int make_buffers(lz_sgd *opt)
-{
-    opt->bufs = calloc((size_t)opt->n, sizeof *opt->bufs);
-    float *zeros = calloc((size_t)zero_fill_elems(opt->params, opt->n), sizeof *zeros);
-    if (!opt->bufs || !zeros) {
-        free(zeros);
-        return lz_errorf_int("lz_sgd_new: out of memory");
-    }
-    for (int i = 0; i < opt->n; i++) {
-        lz_tensor *p = opt->params[i];
-        int64_t shape[LZ_MAX_DIMS];
-        for (int d = 0; d < lz_ndim(p); d++)
-            shape[d] = lz_dim(p, d);
-        opt->bufs[i] = lz_from_host(zeros, LZ_F32, lz_ndim(p), shape);
-        if (!opt->bufs[i]) {
-            free(zeros);
-            return -1;
-        }
-    }
-    free(zeros);
-    return 0;
-}
-
-lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts o)
-{
-    if (lz_optim_check_params("lz_sgd_new", params, n))
-        return NULL;
-    /* zero fields: torch's defaults (lr 1e-3 as torch >= 2.0; the rest are 0) */
-    o.lr = lz_opt_or(o.lr, 1e-3f);
-    o.momentum = lz_opt_or(o.momentum, 0.0f);
-    o.dampening = lz_opt_or(o.dampening, 0.0f);
-    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
-    /* The same checks as torch.optim.SGD's constructor. */
-    if (!(o.lr >= 0.0f) || isinf(o.lr))
-        return lz_errorf("lz_sgd_new: invalid learning rate (lr) %g: must be finite and >= 0",
-                         (double)o.lr);
     if (!(o.momentum >= 0.0f) || isinf(o.momentum))
-        return lz_errorf("lz_sgd_new: invalid momentum %g: must be finite and >= 0",
-                         (double)o.momentum);
+        return lz_errorf_int("%s: invalid momentum %g: must be finite and >= 0", fn,
+                             (double)o.momentum);
     if (!(o.weight_decay >= 0.0f) || isinf(o.weight_decay))
-        return lz_errorf("lz_sgd_new: invalid weight_decay %g: must be finite and >= 0",
-                         (double)o.weight_decay);
+        return lz_errorf_int("%s: invalid weight_decay %g: must be finite and >= 0", fn,
+                             (double)o.weight_decay);
     if (isnan(o.dampening) || isinf(o.dampening))
-        return lz_errorf("lz_sgd_new: invalid dampening %g: must be finite", (double)o.dampening);
+        return lz_errorf_int("%s: invalid dampening %g: must be finite", fn, (double)o.dampening);
     if (o.nesterov != 0 && o.nesterov != 1)
-        return lz_errorf("lz_sgd_new: nesterov is %d, expected 0 or 1", o.nesterov);
+        return lz_errorf_int("%s: nesterov is %d, expected 0 or 1", fn, o.nesterov);
     if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
-        return lz_errorf("lz_sgd_new: nesterov momentum requires a momentum and zero "
-                         "dampening (momentum %g, dampening %g)",
-                         (double)o.momentum, (double)o.dampening);
-
-    lz_sgd *opt = calloc(1, sizeof *opt);
-    if (!opt)
-        return lz_errorf("lz_sgd_new: out of memory");
-    opt->n = n;
-    opt->opts = o;
-    opt->params = calloc((size_t)(n > 0 ? n : 1), sizeof *opt->params);
-    if (!opt->params) {
-        lz_sgd_free(opt);
-        return lz_errorf("lz_sgd_new: out of memory");
-    }
-    if (lz_optim_hold_params("lz_sgd_new", opt->params, params, n) != 0) {
-        free(opt->params);
-        opt->params = NULL;
-        lz_sgd_free(opt);
-        return NULL;
-    }
-
-    int failed = !(opt->lr = lz_scalar(o.lr));
-    if (o.weight_decay != 0.0f)
-        failed |= !(opt->wd = lz_scalar(o.weight_decay));
-    if (o.momentum != 0.0f) {
-        failed |= !(opt->mom = lz_scalar(o.momentum));
-        failed |= !(opt->one = lz_scalar(1.0f));
-        failed |= !(opt->started = lz_scalar(0.0f));
-        failed |= !(opt->on = lz_scalar(1.0f));
-        if (o.dampening != 0.0f)
-            failed |= !(opt->damp = lz_scalar(o.dampening));
-        if (!failed)
-            failed = make_buffers(opt) != 0;
-    }
-    if (failed) {
-        lz_sgd_free(opt);
-        return NULL;
-    }
-    return opt;
-}
-
-void lz_sgd_set_lr(lz_sgd *opt, float lr)
-{
-    if (!opt) {
-        lz_errorf("lz_sgd_set_lr: optimizer is NULL");
-        return;
-    }
-    if (lz_owner_check("lz_sgd_set_lr")) return;
-    if (!(lr >= 0.0f) || isinf(lr)) {
-        lz_errorf("lz_sgd_set_lr: invalid learning rate %g (the rate stays %g)", (double)lr,
-                  (double)opt->opts.lr);
-        return;
-    }
-    opt->opts.lr = lr;
-    lz_copy_from_host(opt->lr, &lr, sizeof lr);
-}
-
-void lz_sgd_zero_grad(lz_sgd *opt)
-{
-    if (!opt) {
-        lz_errorf("lz_sgd_zero_grad: optimizer is NULL");
-        return;
-    }
-    if (lz_owner_check("lz_sgd_zero_grad")) return;
-    for (int i = 0; i < opt->n; i++)
-        lz_zero_grad(opt->params[i]);
+        return lz_errorf_int("%s: nesterov momentum requires a momentum and zero "
+                             "dampening (momentum %g, dampening %g)",
+                             fn, (double)o.momentum, (double)o.dampening);
+    return 0;
 }
 
 /* Records the update of parameter i. Temporaries belong to the step's scope. */
 static int step_one(lz_sgd *opt, int i)
 {
-    lz_tensor *p = opt->params[i];
+    lz_tensor *p = opt->base.params[i];
     lz_tensor *d_p = lz_grad(p);
     if (!d_p)
         return 0;   /* torch skips a parameter without a gradient */
@@ -207,51 +89,108 @@ static int step_one(lz_sgd *opt, int i)
         lz_tensor *buf = lz_add(lz_mul(decay, opt->bufs[i]), fresh);
         if (!buf || lz_assign(opt->bufs[i], buf) != 0)
             return -1;
-        d_p = opt->opts.nesterov ? lz_add(d_p, lz_mul(opt->mom, buf)) : buf;
+        d_p = opt->nesterov ? lz_add(d_p, lz_mul(opt->mom, buf)) : buf;
     }
-    lz_tensor *np = lz_sub(p, lz_mul(opt->lr, d_p));
+    lz_tensor *np = lz_sub(p, lz_mul(opt->base.lr, d_p));
     if (!np || lz_assign(p, np) != 0)
         return -1;
     return lz_autocast_refresh(p);   /* the next step's bf16 copy, if autocast reads p */
 }
 
-int lz_sgd_step(lz_sgd *opt)
+static int sgd_step(lz_optimizer *base, const char *fn)
 {
-    if (!opt)
-        return lz_errorf_int("lz_sgd_step: optimizer is NULL");
-    if (lz_owner_check("lz_sgd_step"))
-        return -1;
-    lz_optim_undo undo;
-    lz_tensor **const touched[2] = {opt->params, opt->bufs};
-    if (lz_optim_undo_begin(&undo, "lz_sgd_step", touched, 2, opt->n, opt->started) != 0)
-        return -1;
+    (void)fn;
+    lz_sgd *opt = (lz_sgd *)base;
     int rc = 0;
-    lz_no_grad_begin();
-    lz_scope_begin();
-    for (int i = 0; i < opt->n && rc == 0; i++)
+    for (int i = 0; i < base->n && rc == 0; i++)
         rc = step_one(opt, i);
     /* a data leaf, not an op: `started` now reads the `on` buffer */
     if (rc == 0 && opt->started)
         rc = lz_assign(opt->started, opt->on);
-    lz_scope_end();
-    lz_no_grad_end();
-    return lz_optim_undo_end(&undo, rc);
+    return rc;
+}
+
+static void sgd_free(lz_optimizer *base)
+{
+    free(((lz_sgd *)base)->bufs);   /* the tensors are the base's state */
+}
+
+static const lz_optimizer_vt sgd_vt = {.name = "sgd", .step = sgd_step, .free = sgd_free};
+
+/* Momentum's state: a buffer per parameter, then the `started` flag. */
+static int make_momentum(lz_sgd *opt, float momentum, float dampening)
+{
+    lz_optimizer *b = &opt->base;
+    int failed = !(opt->mom = lz_optim_scalar(b, momentum));
+    failed |= !(opt->one = lz_optim_scalar(b, 1.0f));
+    failed |= !(opt->on = lz_optim_scalar(b, 1.0f));
+    if (dampening != 0.0f)
+        failed |= !(opt->damp = lz_optim_scalar(b, dampening));
+    if (failed || !(opt->bufs = calloc((size_t)(b->n > 0 ? b->n : 1), sizeof *opt->bufs)))
+        return failed ? -1 : lz_errorf_int("%s: out of memory", b->made_by);
+    for (int i = 0; i < b->n; i++)
+        if (!(opt->bufs[i] = lz_optim_zeros_like(b, i, "momentum_buffer.%d", i)))
+            return -1;
+    opt->started = lz_optim_add_state(b, lz_scalar(0.0f), "started");
+    return opt->started ? 0 : -1;
+}
+
+static lz_optimizer *sgd_new(const char *fn, lz_tensor *const *params, int n, lz_sgd_opts o)
+{
+    /* zero fields: torch's defaults (lr 1e-3 as torch >= 2.0; the rest are 0) */
+    o.lr = lz_opt_or(o.lr, 1e-3f);
+    o.momentum = lz_opt_or(o.momentum, 0.0f);
+    o.dampening = lz_opt_or(o.dampening, 0.0f);
+    o.weight_decay = lz_opt_or(o.weight_decay, 0.0f);
+    lz_sgd *opt = (lz_sgd *)lz_optim_new(sizeof *opt, &sgd_vt, fn, params, n, o.lr);
+    if (!opt)
+        return NULL;
+    int failed = check_opts(fn, o) != 0;
+    opt->nesterov = o.nesterov;
+    if (!failed && o.weight_decay != 0.0f)
+        failed = !(opt->wd = lz_optim_scalar(&opt->base, o.weight_decay));
+    if (!failed && o.momentum != 0.0f)
+        failed = make_momentum(opt, o.momentum, o.dampening) != 0;
+    if (failed) {
+        lz_optim_free(&opt->base);
+        return NULL;
+    }
+    return &opt->base;
+}
+
+lz_optimizer *lz_optimizer_sgd(lz_tensor *const *params, int n, lz_sgd_opts opts)
+{
+    return sgd_new("lz_optimizer_sgd", params, n, opts);
+}
+
+/* ---- lazyc.h's lz_sgd_* calls: the interface under their own names ---- */
+
+lz_sgd *lz_sgd_new(lz_tensor *const *params, int n, lz_sgd_opts opts)
+{
+    return (lz_sgd *)sgd_new("lz_sgd_new", params, n, opts);
+}
+
+void lz_sgd_set_lr(lz_sgd *opt, float lr)
+{
+    lz_optim_set_lr(base_of(opt), lr, "lz_sgd_set_lr");
+}
+
+int lz_sgd_step(lz_sgd *opt)
+{
+    return lz_optim_step(base_of(opt), "lz_sgd_step");
+}
+
+void lz_sgd_zero_grad(lz_sgd *opt)
+{
+    lz_optim_zero_grad(base_of(opt), "lz_sgd_zero_grad");
+}
+
+void lz_sgd_free(lz_sgd *opt)
+{
+    lz_optim_free(base_of(opt));
 }
 
 int lz_sgd_state(lz_sgd *opt, lz_params *into, const char *prefix)
 {
-    if (!opt || !into || !prefix)
-        return lz_errorf_int("lz_sgd_state: NULL argument");
-    char name[512];
-    for (int i = 0; opt->bufs && i < opt->n; i++) {
-        snprintf(name, sizeof name, "%s.momentum_buffer.%d", prefix, i);
-        if (!lz_params_add(into, name, lz_retain(opt->bufs[i]), 0))
-            return -1;
-    }
-    if (opt->started) {
-        snprintf(name, sizeof name, "%s.started", prefix);
-        if (!lz_params_add(into, name, lz_retain(opt->started), 0))
-            return -1;
-    }
-    return 0;
+    return lz_optim_state(base_of(opt), into, prefix, "lz_sgd_state");
 }

@@ -11,7 +11,10 @@
 #include "ops/batch_norm.h"
 
 #include "autograd/autograd.h"
+#include <math.h>
+
 #include "base/error.h"
+#include "base/opt_or.h"
 #include "ops/ops_util.h"
 
 #define N_TEMPS 32
@@ -216,5 +219,32 @@ lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
     for (int i = 0; y && i < tp.n; i++)
         if (tp.t[i] == y) tp.t[i] = NULL;
     drop_temps(&tp);
+    return y;
+}
+
+/* 0, or -1 with an error naming fn: the options lz_batch_norm_opt refuses. */
+static int check_opts(const char *fn, lz_batch_norm_opts o, float momentum, float eps)
+{
+    if (o.training != 0 && o.training != 1)
+        return lz_errorf_int("%s: training is %d, expected 0 (eval) or 1", fn, o.training);
+    if (!(momentum >= 0.0f && momentum <= 1.0f))
+        return lz_errorf_int("%s: invalid momentum %g: must be in [0, 1]", fn, (double)momentum);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return lz_errorf_int("%s: invalid eps %g: must be finite and >= 0", fn, (double)eps);
+    return 0;
+}
+
+lz_tensor *lz_batch_norm_opt(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
+                             lz_tensor *running_mean, lz_tensor *running_var, lz_batch_norm_opts o)
+{
+    const char *fn = "lz_batch_norm_opt";
+    /* zero fields: nn.BatchNorm2d's defaults */
+    float momentum = lz_opt_or(o.momentum, 0.1f), eps = lz_opt_or(o.eps, 1e-5f);
+    /* a NULL x keeps the error of the op that made it */
+    if (x && check_opts(fn, o, momentum, eps) != 0)
+        return NULL;
+    lz_tensor *y = lz_batch_norm(x, weight, bias, running_mean, running_var, o.training, momentum, eps);
+    if (!y)
+        lz_error_rename("lz_batch_norm", fn);
     return y;
 }

@@ -10,23 +10,31 @@ replays it: a call is one lz_call, one execution, and never enters Python
 while replaying.
 """
 import ctypes
+import warnings
+import weakref
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call
 
-from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64, I32
-from . import lower
+from .._lib import lib, error, shape_arg, STEP_FN, SgdOpts, AdamwOpts, F32, I64, I32, BF16
+from . import lower, guard
 
 _DTYPES = {torch.float32: F32, torch.int64: I64, torch.int32: I32}
+# torch.bool tensors (masks, buffers) travel as f32 0/1, lazyc's masks
 
 _LIVE = {}      # id(model) -> the latest TrainStep over it, for sync()
+# id(parameter) -> the TrainStep whose execution updates it: torch's
+# clip_grad_norm_ on such a parameter finds no .grad and clips nothing
+_IN_LAZYC = weakref.WeakValueDictionary()
 
 
-def _to_lazyc(t):
+def _to_lazyc(t, what="tensors"):
     t = t.detach().contiguous()
+    if t.dtype == torch.bool:
+        t = t.float()
     if t.dtype not in _DTYPES:
-        raise TypeError("lazyc.torch: tensors must be float32, int64 or int32, not %s" % t.dtype)
+        raise TypeError("lazyc.torch: %s must be float32, int64, int32 or bool, not %s" % (what, t.dtype))
     if t.device.type != "cpu":
         raise TypeError("lazyc.torch: tensors must be on the CPU (lazyc runs them), not %s" % t.device)
     shape = tuple(t.shape)
@@ -38,6 +46,13 @@ def _to_lazyc(t):
 
 def _to_torch(h, like):
     """Copies lazyc tensor h into torch tensor `like` (same shape and dtype)."""
+    if like.dtype == torch.bool:
+        tmp = torch.empty(like.shape, dtype=torch.float32)
+        if lib.lz_to_host(h, ctypes.c_void_p(tmp.data_ptr()), tmp.numel() * 4) != 0:
+            raise error("lz_to_host")
+        with torch.no_grad():
+            like.copy_(tmp != 0)
+        return
     tmp = torch.empty(like.shape, dtype=like.dtype)
     if lib.lz_to_host(h, ctypes.c_void_p(tmp.data_ptr()), tmp.numel() * tmp.element_size()) != 0:
         raise error("lz_to_host")
@@ -49,7 +64,7 @@ class _Opt:
     """One lazyc optimizer for one torch.optim param group."""
 
     def __init__(self, kind, group, handles, params):
-        self.kind, self.group, self.params = kind, group, params
+        self.kind, self.group, self.params, self.handles = kind, group, params, list(handles)
         arr = (ctypes.c_void_p * len(handles))(*handles)
         zero = -1e30  # LZ_OPT_ZERO: an exact 0 where 0 would mean "torch's default"
         if group.get("maximize") or group.get("differentiable"):
@@ -116,8 +131,17 @@ def _opt_kind(optimizer):
 class TrainStep:
     """The callable train_step returns: step(x, y) -> loss as a float."""
 
-    def __init__(self, model, optimizer, loss_fn):
+    def __init__(self, model, optimizer, loss_fn, clip_grad_norm=None, accumulate=1):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        if int(accumulate) != accumulate or accumulate < 1:
+            raise ValueError("lazyc.torch.train_step: accumulate=%r must be a positive integer" % (accumulate,))
+        self.accumulate, self.micro = int(accumulate), None
+        if clip_grad_norm is not None and not (float(clip_grad_norm) > 0 and
+                                               float(clip_grad_norm) < float("inf")):
+            raise ValueError("lazyc.torch.train_step: clip_grad_norm=%r must be a positive finite number"
+                             % (clip_grad_norm,))
+        self.clip = None if clip_grad_norm is None else float(clip_grad_norm)
+        self._norm = None        # the last step's gradient norm (a lazyc handle), when clipping
         kind = _opt_kind(optimizer)
         if any(optimizer.state.get(p) for g in optimizer.param_groups for p in g["params"]):
             raise ValueError("lazyc.torch.train_step: the optimizer has state already; start from a "
@@ -147,9 +171,13 @@ class TrainStep:
         self.counted = {}        # buffer index -> increments per step (num_batches_tracked)
         self.steps = 0
         self.traces = 0          # times the step function ran in Python (traced)
+        self.guards = None       # what the trace assumed about data (guard.Guards)
+        self.retraces = 0        # traces made again because a guard failed
         self._error = None
         self._cb = STEP_FN(self._step_fn)
         _LIVE[id(model)] = self
+        for p in self.ptensors:
+            _IN_LAZYC[id(p)] = self
 
     # -- tracing ----------------------------------------------------------
     def _trace(self, x, y):
@@ -162,7 +190,17 @@ class TrainStep:
 
         ins = [p.detach().requires_grad_(p.requires_grad) for p in self.ptensors] + \
               [b.detach().clone() for b in self.btensors]
-        gm = make_fx(f, tracing_mode="fake")(ins, x, y)
+        # the model's own tensors, restored after tracing: functional_call
+        # swaps them for the trace's and a model that re-ties weights while
+        # running (HF T5) could keep a traced one
+        saved = [(m, dict(m._parameters), dict(m._buffers)) for m in model.modules()]
+        try:
+            gm = lower.trace(f, ins, x, y)
+        finally:
+            for m, ps, bs in saved:
+                m._parameters.update(ps)
+                m._buffers.update(bs)
+        self.guards = guard.Guards(gm, np_, [ins, x, y])
         bad = lower.unsupported_ops(gm)
         if bad:
             raise lower.Unsupported("lazyc.torch.train_step: lazyc has no lowering for %s" % ", ".join(bad))
@@ -190,14 +228,43 @@ class TrainStep:
             for o in self.opts:
                 o.zero_grad()
             self._pending = {}
-            with self.consts.scope():
-                loss = lower.run_graph(self.gm, self.handles + [ins[0], ins[1]], self.consts,
-                                       self._on_buffer_update)
-                if isinstance(loss, (list, tuple)):
-                    loss = loss[0]
-                lib.lz_keep(loss)
-            if lib.lz_backward(loss) != 0:
-                raise error("lazyc.torch: backward")
+            k = self.accumulate
+            losses = []
+            for i in range(k):
+                # micro-batch i: forward and backward of loss / k, the
+                # gradients adding up in the leaves, as loss.backward() per
+                # micro-batch does in torch
+                with self.consts.scope():
+                    xs, ys = ins[0], ins[1]
+                    if k > 1:
+                        b = self.micro
+                        xs = lib.lz_slice(ins[0], 0, i * b, (i + 1) * b)
+                        ys = lib.lz_slice(ins[1], 0, i * b, (i + 1) * b)
+                    loss = lower.run_graph(self.gm, self.handles + [xs, ys], self.consts,
+                                           self._on_buffer_update)
+                    if isinstance(loss, (list, tuple)):
+                        loss = loss[0]
+                    lib.lz_keep(loss)
+                seed = lib.lz_scale(loss, ctypes.c_float(1.0 / k)) if k > 1 else loss
+                if lib.lz_backward(seed) != 0:
+                    raise error("lazyc.torch: backward")
+                if k > 1:
+                    lib.lz_free(seed)
+                losses.append(loss)
+            if k > 1:
+                lib.lz_no_grad_begin()
+                total = losses[0]
+                for extra in losses[1:]:
+                    total = lib.lz_add(total, extra)
+                loss = lib.lz_scale(total, ctypes.c_float(1.0 / k))
+                lib.lz_no_grad_end()
+            if self.clip is not None:
+                ps = [h for o in self.opts for h in o.handles]
+                norm = lib.lz_clip_grad_norm((ctypes.c_void_p * len(ps))(*ps), len(ps),
+                                             ctypes.c_float(self.clip))
+                if not norm:
+                    raise error("lazyc.torch: clip_grad_norm")
+                outs[1] = norm
             for o in self.opts:
                 if o.step() != 0:
                     raise error("lazyc.torch: optimizer step")
@@ -210,14 +277,30 @@ class TrainStep:
             return -1
 
     # -- calls ------------------------------------------------------------
+    def _micro(self, t, i):
+        return t[i * self.micro:(i + 1) * self.micro] if self.accumulate > 1 else t
+
     def __call__(self, x, y):
-        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
+        ac = _autocast_dtype()
+        key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, ac)
+        if self.accumulate > 1 and (x.shape[0] % self.accumulate or y.shape[0] != x.shape[0]):
+            raise ValueError("lazyc.torch: accumulate=%d needs a batch that splits into equal micro-batches "
+                             "(x %s, y %s)" % (self.accumulate, tuple(x.shape), tuple(y.shape)))
+        self.micro = x.shape[0] // self.accumulate
+        if key == self.key and self.guards and not all(
+                self.guards.hold(self._micro(x, i), self._micro(y, i), self.btensors)
+                for i in range(self.accumulate)):
+            self.key = None      # the batch takes another branch of the model's Python: trace it
+            self.retraces += 1
         if key != self.key:
             if self.fn:
                 lib.lz_fn_free(self.fn)
                 self.fn = None
-            self.gm = self._trace(x, y)
-            self.fn = lib.lz_capture(self._cb, None, 2, 1)
+            with torch.autocast("cpu", enabled=False):
+                # the graph stays float32; lazyc's autocast region (below)
+                # makes the products bf16
+                self.gm = self._trace(self._micro(x, 0), self._micro(y, 0))
+            self.fn = lib.lz_capture(self._cb, None, 2, self.n_out)
             if not self.fn:
                 raise error("lz_capture")
             self.key = key
@@ -225,9 +308,15 @@ class TrainStep:
             o.set_lr_if_changed()
         hx, hy = _to_lazyc(x), _to_lazyc(y)
         ins = (ctypes.c_void_p * 2)(hx, hy)
-        out = (ctypes.c_void_p * 1)()
+        out = (ctypes.c_void_p * self.n_out)()
         self._error = None
-        rc = lib.lz_call(self.fn, ins, out)
+        if ac is not None and lib.lz_autocast_begin(BF16) != 0:
+            raise error("lazyc.torch: autocast")
+        try:
+            rc = lib.lz_call(self.fn, ins, out)
+        finally:
+            if ac is not None:
+                lib.lz_autocast_end()
         lib.lz_free(hx)
         lib.lz_free(hy)
         if rc != 0:
@@ -237,6 +326,9 @@ class TrainStep:
             raise error("lazyc.torch: the step")
         loss = lib.lz_item(out[0])
         lib.lz_free(out[0])
+        if self._norm:
+            lib.lz_free(self._norm)
+        self._norm = out[1] if self.n_out > 1 else None
         self.steps += 1
         # torch's schedulers check that optimizer.step ran before them
         self.optimizer._opt_called = True
@@ -274,7 +366,27 @@ class TrainStep:
             finally:
                 lib.lz_params_free(ps)
 
+    @property
+    def n_out(self):
+        return 1 if self.clip is None else 2
+
+    def grad_norm(self):
+        """The total gradient norm of the last step before clipping (as
+        torch.nn.utils.clip_grad_norm_ returns it); read from lazyc on
+        request, so a step that does not ask copies back only its loss."""
+        if self.clip is None:
+            raise ValueError("lazyc.torch: grad_norm() needs train_step(..., clip_grad_norm=MAX)")
+        if not self._norm:
+            raise ValueError("lazyc.torch: no step has run yet")
+        return float(lib.lz_item(self._norm))
+
     def close(self):
+        if self._norm:
+            lib.lz_free(self._norm)
+            self._norm = None
+        for p in self.ptensors:
+            if _IN_LAZYC.get(id(p)) is self:
+                del _IN_LAZYC[id(p)]
         if self.fn:
             lib.lz_fn_free(self.fn)
             self.fn = None
@@ -293,12 +405,69 @@ class TrainStep:
             pass
 
 
-def train_step(model, optimizer, loss_fn):
+def _autocast_dtype():
+    """torch.autocast("cpu", torch.bfloat16) around the call: lazyc's
+    autocast (lz_autocast_begin: products in bf16, accumulated and returned
+    in f32; the rest f32). None outside autocast."""
+    if not torch.is_autocast_enabled("cpu"):
+        return None
+    dt = torch.get_autocast_dtype("cpu")
+    if dt != torch.bfloat16:
+        raise lower.Unsupported("lazyc.torch: torch.autocast to %s (lazyc's autocast is bfloat16)" % dt)
+    return dt
+
+
+def train_step(model, optimizer, loss_fn, clip_grad_norm=None, accumulate=1):
     """step(x, y) -> float: forward, loss_fn(output, y), backward and the
     optimizer's update as one lazyc execution. lazyc holds the parameters,
     buffers and optimizer state from here on; sync(model, optimizer) writes
-    them back into the torch objects."""
-    return TrainStep(model, optimizer, loss_fn)
+    them back into the torch objects. clip_grad_norm=MAX clips the
+    gradients' total norm to MAX between backward and the update, in the
+    same execution, as torch.nn.utils.clip_grad_norm_(params, MAX) does
+    there; step.grad_norm() reads the norm before clipping. accumulate=K
+    splits each batch into K equal micro-batches along axis 0 and adds up
+    their gradients (of loss / K) before the one update, all in the one
+    execution; the loss returned is the micro-batches' mean. Called under
+    torch.autocast("cpu", dtype=torch.bfloat16), the step runs in lazyc's
+    bf16 autocast (products in bf16, f32 elsewhere)."""
+    return TrainStep(model, optimizer, loss_fn, clip_grad_norm, accumulate)
+
+
+_warned_clip = set()
+
+
+def _wrap_clip(name, original):
+    def clip(parameters, *args, **kwargs):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+        if name not in _warned_clip and any(id(p) in _IN_LAZYC for p in parameters):
+            _warned_clip.add(name)
+            warnings.warn("lazyc.torch: torch.nn.utils.%s on parameters whose training step runs in lazyc "
+                          "clips nothing: their gradients live in lazyc, not in .grad. Pass "
+                          "clip_grad_norm=MAX to lazyc.torch.train_step to clip inside the step, and "
+                          "read the norm with step.grad_norm()" % name, stacklevel=2)
+        return original(parameters, *args, **kwargs)
+    clip.__wrapped__ = original
+    clip.__doc__ = original.__doc__
+    return clip
+
+
+def install_clip_warnings():
+    """Wraps torch.nn.utils.clip_grad_norm_ / clip_grad_value_ (where
+    training recipes call them) so that a call on a model whose step runs
+    in lazyc warns once instead of silently clipping nothing."""
+    import torch.nn.utils as U
+    import torch.nn.utils.clip_grad as C
+    for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"):
+        orig = getattr(U, name, None)
+        if orig is None or hasattr(orig, "__wrapped__") and getattr(orig, "_lazyc", False):
+            continue
+        w = _wrap_clip(name, orig)
+        w._lazyc = True
+        setattr(U, name, w)
+        if getattr(C, name, None) is orig:
+            setattr(C, name, w)
 
 
 def sync(model, optimizer=None):

@@ -350,7 +350,7 @@ static row_fn pick_row(const lz_program *p, const lz_instr *s)
     case LZ_OP_RELU_GRAD: return f32 ? relu_grad_f32 : NULL;
     case LZ_OP_GELU_GRAD: return f32 ? gelu_grad_f32 : NULL;
     case LZ_OP_WHERE: return where[ti][lz_dtype_size((lz_dtype)to) == 8];
-    default: return NULL;
+    default: return lz_cpu_elementwise_ext_row(s->op, ti);
     }
 }
 

@@ -55,6 +55,12 @@ typedef void (*lz_cpu_row_fn)(void *out, const void *const *in, const int64_t *s
    the fused kernel applies the very same formulas; NULL if s is not an
    element-wise op or its dtypes are not supported. */
 lz_cpu_row_fn lz_cpu_elementwise_row(const lz_program *p, const lz_instr *s);
+/* The rows of the element-wise ops added for models from PyTorch (silu,
+   sin, cos, ne, minimum, clip_coef; k_elementwise_ext.c) for input dtype
+   ti (an lz_dtype below LZ_BF16); NULL for any other op or dtype. */
+lz_cpu_row_fn lz_cpu_elementwise_ext_row(int op, int ti);
+lz_kernel lz_cpu_index_kernel(lz_op op);         /* k_index.c: tri mask, cumsum, gather, argmax */
+lz_kernel lz_cpu_loss_ext_kernel(lz_op op);      /* k_loss_ext.c: cross-entropy with options */
 
 /* The kernel for op, or NULL if no family has one. */
 lz_kernel lz_cpu_kernel_for(lz_op op);
