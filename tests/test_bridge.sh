@@ -35,4 +35,7 @@ assert "lazyc" in torch._dynamo.list_backends(), torch._dynamo.list_backends()
 print("installed lazyc", lazyc.__version__, "metrics:", sorted(lzt.metrics())[:3], "...")
 ') || { echo "FAIL: the installed package"; exit 1; }
 
+# test_autocast_bf16 checks that autocast's products run bf16: whatever this
+# CPU runs faster (LZ_AUTOCAST_PRODUCTS, docs/env.md), they all do here
+export LZ_AUTOCAST_PRODUCTS="${LZ_AUTOCAST_PRODUCTS:-bf16}"
 cd "$repo/python/tests" && LAZYC_LIB="$lib" OMP_NUM_THREADS=2 "$py" test_bridge.py "$@"
