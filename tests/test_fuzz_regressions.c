@@ -31,6 +31,12 @@
 #undef LLVMFuzzerInitialize
 #undef LLVMFuzzerTestOneInput
 
+#define LLVMFuzzerInitialize fuzz_autocast_diff_init
+#define LLVMFuzzerTestOneInput fuzz_autocast_diff_one
+#include "fuzz/fuzz_autocast_diff.c"
+#undef LLVMFuzzerInitialize
+#undef LLVMFuzzerTestOneInput
+
 typedef struct harness {
     const char *name;
     int (*init)(int *, char ***);
@@ -191,8 +197,9 @@ int main(void)
         {"fuzz_safetensors", fuzz_safetensors_init, fuzz_safetensors_one},
         {"fuzz_idx", fuzz_idx_init, fuzz_idx_one},
         {"fuzz_ops", fuzz_ops_init, fuzz_ops_one},
+        {"fuzz_autocast_diff", fuzz_autocast_diff_init, fuzz_autocast_diff_one},
     };
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++) {
         hs[i].init(NULL, NULL);
         char dir[256];
         snprintf(dir, sizeof dir, "fuzz/corpus/%s", hs[i].name);

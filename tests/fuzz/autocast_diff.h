@@ -214,7 +214,10 @@ static void arun_program(const aprog *p, int emulate, alog *l)
                 lz_assign(s.w[j], nv);
             }
             lz_free(nv);
-            s.uses[j] = 0;   /* the old value's products no longer reach w[j] */
+            /* uses[j] stays: a product of the old value still sends its
+               gradient to w[j] (torch's too, where the product saved only
+               x), and three terms summed in two orders differ in the last
+               bit */
             break;
         }
         case E_NO_GRAD:
