@@ -9,6 +9,12 @@
 #   make check-asan   every test built with ASan + UBSan (build-asan/)
 #   make check-tsan   the threaded runtime tests built with TSan (build-tsan/)
 #   make check-fuzz   the fuzz targets, 60 s each (tests/fuzz/run.sh)
+#   make check-guarded  the guarded backend's suites alone (ctest -L guarded: the
+#                     core tests on device memory the host cannot touch; also
+#                     part of make test and check-asan)
+#   make check-cuda   the CUDA backend's tests that need no GPU (ctest -L cuda;
+#                     also part of make test; scripts/device_check.sh runs the
+#                     GPU's)
 #   make check-avx2   every test again with oneDNN capped to AVX2
 #   make check-portable  the convolution and parity tests in a -DLZ_NATIVE=OFF
 #                     build (build-portable/), also with oneDNN capped to AVX2
@@ -23,7 +29,7 @@ JOBS    ?= 2
 CMAKE   ?= cmake
 
 .PHONY: all setup configure build demo test install clean corpus \
-        check-avx2 check-asan check-tsan check-fuzz check-portable check-all
+        check-avx2 check-asan check-tsan check-fuzz check-portable check-guarded check-cuda check-all
 
 all: build
 
@@ -89,9 +95,11 @@ check-asan: setup
 	$(call san_configure,$(ASAN_BUILD),address$(comma)undefined)
 	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS)
 
+# The guarded backend's copies of these (ctest -L guarded) are left out:
+# they test what the engine touches, which ASan's run checks, not threads.
 check-tsan: setup
 	$(call san_configure,$(TSAN_BUILD),thread)
-	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) -R '$(TSAN_TESTS)'
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS) -R '$(TSAN_TESTS)' -LE guarded
 
 check-fuzz: setup
 	@bash tests/fuzz/run.sh 60; rc=$$?; \
@@ -116,7 +124,21 @@ check-portable: setup
 # AVX-512 (other kernels, no Winograd, 8-channel blocks, autocast's products
 # widened to f32): the plain build, its own parity references (keyed by the
 # cap).
+# The guarded backend's suites are left out: they check the backend
+# contract, which the ISA does not change (make test runs them); so are
+# the CUDA backend's (ctest -L cuda: its plans, NVRTC and its kernels on
+# the CPU do not depend on oneDNN's ISA).
 check-avx2: build
-	DNNL_MAX_CPU_ISA=AVX2 ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+	DNNL_MAX_CPU_ISA=AVX2 ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -LE 'guarded|cuda'
+
+# The CUDA backend's tests that need no GPU (docs/design.md, "The CUDA
+# backend"); scripts/device_check.sh runs those that do, on a GPU.
+check-cuda: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -L cuda
+
+# The core suites on the guarded test backend alone (docs/design.md,
+# "Backend contract"): any access of the engine to device memory crashes.
+check-guarded: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) -L guarded
 
 check-all: test check-avx2 check-asan check-tsan check-fuzz check-portable

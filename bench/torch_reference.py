@@ -47,8 +47,8 @@ import traceback
 
 # Mirrors models/zoo: the layer counts are the only part of the
 # architecture the spec's shapes do not give.
-VIT_LAYERS = {"smoke": 2, "bench": 12}
-BERT_LAYERS = {"smoke": 2, "bench": 12}
+VIT_LAYERS = {"smoke": 2, "bench": 12, "gpu": 12}
+BERT_LAYERS = {"smoke": 2, "bench": 12, "gpu": 12}
 IMAGE_MODELS = ("resnet50", "resnet18", "resnext50_32x4d", "alexnet", "mobilenet_v2",
                 "mnasnet1_0", "vgg16", "squeezenet1_1")
 LR, MOMENTUM = 0.01, 0.9
@@ -191,7 +191,7 @@ def run(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--size", choices=("smoke", "bench"), required=True)
+    ap.add_argument("--size", choices=("smoke", "bench", "gpu"), required=True)
     ap.add_argument("--input", type=shape_arg, required=True, help="input shape, e.g. 2x3x64x64")
     ap.add_argument("--target", type=shape_arg, required=True, help="target shape, e.g. 2")
     ap.add_argument("--classes", type=int, required=True, help="logits width (vocabulary for BERT)")

@@ -62,6 +62,19 @@ typedef struct lz_params lz_params; /* named tensors: a model's parameters and b
    even), from the host, from safetensors, or from an autocast region. */
 typedef enum { LZ_F32, LZ_I64, LZ_I32, LZ_BF16 } lz_dtype;
 
+/* ---- device: where tensors live (before the first tensor) ------------ */
+
+/* Makes name the device every tensor lives on: "cpu" (built in), or NAME
+   for the backend in liblazyc_NAME.so, loaded now from beside the library
+   (or the program) or where the dynamic loader looks. Call it before the
+   first tensor (LZ_DEVICE chooses otherwise; "cpu" by default). 0, or -1
+   and an error naming why: unknown name, lazyc built without it, no
+   device present, tensors already made on another device. The device
+   stays for the process (lz_shutdown keeps it). */
+LZ_API int         lz_device_use(const char *name);
+/* The device tensors live on, or (before the first tensor) will. */
+LZ_API const char *lz_device_name(void);
+
 /* ---- tensors -------------------------------------------------------- */
 
 /* Copies data (row-major) to a new device buffer: a data leaf. */
@@ -69,12 +82,12 @@ LZ_API lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const
 LZ_API lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape);
 /* lz_from_random's distributions (the int it takes). */
 typedef enum { LZ_RANDOM_UNIFORM = 0, LZ_RANDOM_NORMAL = 1 } lz_random_dist;
-/* f32 data drawn on the host, in parallel, from a counter-based generator:
-   element i depends on (seed, i) alone, never on the thread count. dist
-   LZ_RANDOM_UNIFORM: uniform in [a, b) (24 random bits; f32 rounding may
-   give b); LZ_RANDOM_NORMAL: normal with mean a and standard deviation b
-   (|x - a| <= 5.77 b). The initialisers of lazyc_nn.h use it; lz_rand
-   draws in the graph instead. */
+/* f32 data drawn on the device (on the CPU in parallel) from a
+   counter-based generator: element i depends on (seed, i) alone, never on
+   the thread count or the device. dist LZ_RANDOM_UNIFORM: uniform in
+   [a, b) (24 random bits; f32 rounding may give b); LZ_RANDOM_NORMAL:
+   normal with mean a and standard deviation b (|x - a| <= 5.77 b). The
+   initialisers of lazyc_nn.h use it; lz_rand draws in the graph instead. */
 LZ_API lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim,
                                  const int64_t *shape);
 /* lz_from_random's fill with named fields. Zero fields are torch's
@@ -642,6 +655,17 @@ typedef struct lz_metrics {
     int64_t kernels;         /* kernel launches (program steps) of the executions enqueued */
     int64_t in_place_writes; /* results written over the buffer of the value they replace
                                 (a parameter, optimizer state, a remade gradient) */
+    /* bytes moved between host and device memory, each way: tensors made
+       from host data and read back, the library's own reads (a capture's
+       constants); not fills (lz_zeros, lz_full, lz_from_random run on the
+       device) */
+    int64_t bytes_to_device, bytes_from_device;
+    /* what the device launched for the executions that have run (counted
+       as the executor runs them: lz_wait first for a step's): CUDA graphs,
+       each a whole execution, and kernels or library calls launched one by
+       one (on the CPU, every kernel). A captured step on the CUDA device is
+       1 graph launch and 0 kernel launches from its third call on. */
+    int64_t graph_launches, kernel_launches;
 } lz_metrics;
 LZ_API lz_metrics lz_metrics_get(void);
 LZ_API void       lz_metrics_reset(void);

@@ -160,7 +160,8 @@ typedef struct lz_model_spec {
    table's order (lz_model_new also builds "cnn" and "resnet18_fmnist",
    small models for 1x28x28 images). */
 LZ_API const char *const *lz_model_names(void);
-/* size: "smoke" or "bench". Parameters are initialised from seed like
+/* size: "smoke", "bench" or "gpu" (a batch that fills one GPU: images
+   batch 64 at 224 px, BERT 16 x 128 tokens). Parameters are initialised from seed like
    PyTorch's default initialisers (values differ; distributions match).
    NULL + error for an unknown name or size. */
 LZ_API lz_model  *lz_model_new(const char *name, const char *size, uint64_t seed);

@@ -109,7 +109,7 @@ int lz_zoo_build_bert(lz_model *m, const char *name, int bench_size, uint64_t se
     m->impl = b;
     m->free_impl = free;
     m->forward = bert_forward;
-    int64_t batch = bench_size ? 4 : 2;
+    int64_t batch = bench_size == 2 ? 16 : bench_size ? 4 : 2;   /* gpu: BERT-base, 16 x 128 tokens */
     m->spec = (lz_model_spec){.name = name, .input_ndim = 2, .input_shape = {batch, b->seq},
                               .input_dtype = LZ_I64, .target_ndim = 2,
                               .target_shape = {batch, b->seq}, .num_classes = b->vocab};

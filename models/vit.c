@@ -110,12 +110,12 @@ int lz_zoo_build_vit(lz_model *m, const char *name, int bench_size, uint64_t see
 {
     vit *v = calloc(1, sizeof *v);
     if (!v) return -1;
-    *v = (vit){.image = bench_size ? 128 : 32, .patch = 16, .hidden = 384, .mlp = 1536,
+    *v = (vit){.image = bench_size == 2 ? 224 : bench_size ? 128 : 32, .patch = 16, .hidden = 384, .mlp = 1536,
                .classes = bench_size ? 1000 : 10, .layers = bench_size ? 12 : 2, .heads = 6};
     m->impl = v;
     m->free_impl = free;
     m->forward = vit_forward;
-    int64_t batch = bench_size ? 8 : 2;
+    int64_t batch = bench_size == 2 ? 64 : bench_size ? 8 : 2;
     m->spec = (lz_model_spec){.name = name, .input_ndim = 4,
                               .input_shape = {batch, 3, v->image, v->image}, .input_dtype = LZ_F32,
                               .target_ndim = 1, .target_shape = {batch}, .num_classes = v->classes};

@@ -40,7 +40,9 @@ const char *const *lz_model_names(void)
 
 void lz_zoo_image_spec(lz_model_spec *s, const char *name, int bench_size, int64_t classes)
 {
-    int64_t batch = bench_size ? 8 : 2, side = bench_size ? 128 : 64;
+    /* gpu (2): a batch that fills one GPU, at ImageNet's 224 px */
+    int64_t batch = bench_size == 2 ? 64 : bench_size ? 8 : 2;
+    int64_t side = bench_size == 2 ? 224 : bench_size ? 128 : 64;
     *s = (lz_model_spec){
         .name = name,
         .input_ndim = 4, .input_shape = { batch, 3, side, side }, .input_dtype = LZ_F32,
@@ -58,12 +60,13 @@ lz_model *lz_model_new(const char *name, const char *size, uint64_t seed)
     for (size_t i = 0; name && i < sizeof extra / sizeof extra[0]; i++)
         if (!strcmp(extra[i].name, name)) e = &extra[i];
     int bench;
-    if (size && !strcmp(size, "bench")) bench = 1;
+    if (size && !strcmp(size, "gpu")) bench = 2;
+    else if (size && !strcmp(size, "bench")) bench = 1;
     else if (size && !strcmp(size, "smoke")) bench = 0;
     else bench = -1;
     if (!e || bench < 0) {
         lz_set_error(!e ? "lz_model_new: unknown model \"%s\" (see lz_model_names)"
-                            : "lz_model_new: unknown size \"%s\" (smoke or bench)",
+                            : "lz_model_new: unknown size \"%s\" (smoke, bench or gpu)",
                          !e ? (name ? name : "(null)") : (size ? size : "(null)"));
         return NULL;
     }

@@ -15,7 +15,9 @@ struct lz_model {
 };
 
 /* A builder fills spec, params, forward (and impl/free_impl) for one
-   architecture at a size ("smoke" or "bench"); 0, or -1 with the error set.
+   architecture at a size (bench_size 0 "smoke", 1 "bench", 2 "gpu": a
+   builder that tests it as a flag gives gpu its bench configuration); 0,
+   or -1 with the error set.
    name selects the variant where one builder serves several models. */
 typedef int (*lz_model_builder)(lz_model *m, const char *name, int bench_size, uint64_t seed);
 

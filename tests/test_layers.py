@@ -6,7 +6,10 @@ both ends are mapped to their floor by folder. The test fails on an include
 from a lower floor to a higher one, and on any cycle between two folders
 other than the one the design allows (engine <-> autograd), printing the
 offending file:line. A folder that has no floor fails too: a new folder
-must be placed in the design and in FLOORS below.
+must be placed in the design's floor table, which this test reads (the
+one list of floors). Two rules of issue 44 besides: no folder outside
+src/backends/ includes a backend's header, and no file of src/ outside
+src/backends/ and src/backend/ names a buffer's memory (->data).
 
 Given the build folder, it also reads the library's object files (nm) and
 fails on a call or data reference from a lower floor to a function defined
@@ -21,36 +24,50 @@ import shutil
 import subprocess
 import sys
 
-# Floor of each folder, bottom (0) to top; keep in step with docs/design.md.
-# Folders on one floor may include each other only if listed in ALLOWED_CYCLES.
-FLOORS = {
-    # The public headers hold types and declarations only, no code: every
-    # floor includes them for lz_tensor, lz_dtype and its own public functions.
-    "include": -1,
-    "src/base": 0,          # errors, threads, settings, counters, profile, faults, op table, switches
-    "src/backend": 1,       # the backend contract and registry, device memory, buffers
-    "src/comm": 1,          # communication between the ranks of a job (MPI): kernels and ops use it
-    "src/ir": 2,            # IR nodes, graph cutting
-    "src/compile": 3,       # graph -> program -> executable
-    "src/backends/cpu": 4,   # the CPU backend: kernels over programs
-    "src/runtime": 5,       # the executor (device queue)
-    "src/engine": 6,        # tensors, scopes, barrier, cache, capture, explain, metrics API
-    "src/autograd": 6,      # with the engine: see ALLOWED_CYCLES
-    "src/ops": 7,
-    "src/nn": 8,
-    "src/io": 9,
-    "src/top": 10,          # the library's start and shutdown
-    "models": 11,           # on the public headers alone
-    "tools": 12,
-}
+# The floors are listed once, in docs/design.md's "Layers" table (floor,
+# folders, why): read from there, so the design, this test and the README
+# (which points at that table) cannot disagree. A folder's floor is that of
+# the nearest listed parent (src/backends/ holds every backend).
+DESIGN = os.path.join("docs", "design.md")
+# The public headers hold types and declarations only, no code: every
+# floor includes them for lz_tensor, lz_dtype and its own public functions.
+NOT_FLOORS = {"include": -1}
 # A tensor's gradient is made by autograd, and autograd records ops on tensors.
 ALLOWED_CYCLES = {frozenset(("src/engine", "src/autograd"))}
 # Downward, yet not allowed: ops record IR and never reach the compiler,
 # kernels or the executor; backends see programs, never IR nodes.
 FORBIDDEN = {
-    ("src/ops", "src/compile"), ("src/ops", "src/backends/cpu"), ("src/ops", "src/runtime"),
-    ("src/backends/cpu", "src/ir"),
+    ("src/ops", "src/compile"), ("src/ops", "src/backends"), ("src/ops", "src/runtime"),
+    ("src/backends", "src/ir"),
 }
+# A backend's headers are its own: every other folder reaches a backend
+# through the contract (src/backend/backend.h), by include and by call.
+PRIVATE = "src/backends"
+# Device memory is the backend's: only the backends and the contract's own
+# implementation (src/backend/) name a buffer's memory (lz_buffer.data).
+DEVICE_MEMORY = re.compile(r"->\s*data\b")
+DEVICE_MEMORY_OK = ("src/backends", "src/backend")
+ROW = re.compile(r"^\|\s*(-?\d+)\s*\|\s*([^|]+?)\s*\|")
+
+
+def read_floors(root):
+    """{folder: floor} from the table under "## Layers" in docs/design.md."""
+    floors, in_layers = dict(NOT_FLOORS), False
+    with open(os.path.join(root, DESIGN), encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("## "):
+                in_layers = line.strip() == "## Layers"
+                continue
+            m = ROW.match(line) if in_layers else None
+            if not m:
+                continue
+            for name in re.findall(r"`([^`]+)/`", m.group(2)):
+                folder = "src/" + name if os.path.isdir(os.path.join(root, "src", name)) else name
+                floors[folder] = int(m.group(1))
+    return floors
+
+
+FLOORS = {}
 SCANNED = ("src", "models", "tools")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -117,7 +134,10 @@ def symbol_problems(root, build):
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = sys.argv[2] if len(sys.argv) > 2 else None
+    FLOORS.update(read_floors(root))
     problems = []
+    if len(FLOORS) <= len(NOT_FLOORS):
+        problems.append(f"{DESIGN}: no floor table under \"## Layers\" (| floor | folder | why |)")
     edges = {}   # (from folder, to folder) -> first "file:line"
     for top in SCANNED:
         for d, _, names in os.walk(os.path.join(root, top)):
@@ -128,10 +148,17 @@ def main():
                 ffolder, ffloor = floor_of(os.path.dirname(path))
                 if ffolder is None:
                     problems.append(f"{path}: folder {os.path.dirname(path)} has no floor "
-                                    "(place it in docs/design.md and tests/test_layers.py)")
+                                    f"(place it in the floor table of {DESIGN}, \"Layers\")")
                     continue
+                # models/ and tools/ see the public headers alone: no buffer there
+                memory_ok = not path.startswith("src/") or any(
+                    ffolder == f or ffolder.startswith(f + "/") for f in DEVICE_MEMORY_OK)
                 with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
                     for lineno, line in enumerate(fh, 1):
+                        if not memory_ok and DEVICE_MEMORY.search(line.split("//")[0]):
+                            problems.append(f"{path}:{lineno}: names a buffer's memory (->data): only "
+                                            "the backends and src/backend/ may; move values through "
+                                            "backend/buffer.h (lz_buffer_write, _read, _fill, ...)")
                         m = INCLUDE.match(line)
                         if not m:
                             continue
@@ -149,6 +176,9 @@ def main():
                         elif (ffolder, tfolder) in FORBIDDEN:
                             problems.append(f"{where}: {ffolder} includes {target}: {ffolder} "
                                             f"must not use {tfolder} (docs/design.md, Layers)")
+                        elif tfolder.startswith(PRIVATE) and not ffolder.startswith(PRIVATE):
+                            problems.append(f"{where}: {ffolder} includes {target}, a backend's own "
+                                            "header: reach a backend through backend/backend.h")
                         edges.setdefault((ffolder, tfolder), where)
     # Cycles between folders: any pair of folders that reach each other.
     # One across floors always holds an upward include, reported above; so
@@ -178,8 +208,10 @@ def main():
     if problems:
         print(f"test_layers: {len(problems)} violation(s) of the layering in docs/design.md")
         return 1
-    print(f"test_layers: {len(edges)} folder-to-folder include edges, all downward "
-          "(engine <-> autograd the one allowed cycle)"
+    print(f"test_layers: {len(FLOORS) - len(NOT_FLOORS)} folders on the floors of {DESIGN}; "
+          f"{len(edges)} folder-to-folder include edges, all downward "
+          "(engine <-> autograd the one allowed cycle), none into a backend's headers; "
+          "no ->data outside src/backends/ and src/backend/"
           + ("; no call reaches a higher floor" if build else ""))
     return 0
 

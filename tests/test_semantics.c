@@ -248,7 +248,7 @@ static void test_report_names_counters(void)
                            "ir_nodes", "transfers_to_device", "transfers_from_device",
                            "host_waits", "capture_replays", "capture_fallbacks", "peak_bytes",
                            "trace_ms", "compile_ms", "execute_ms", "wait_ms", "kernels",
-                           "in_place_writes"};
+                           "in_place_writes", "bytes_to_device", "bytes_from_device"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) CHECK(r && strstr(r, names[i]));
     free(r);
 }

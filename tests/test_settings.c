@@ -24,7 +24,8 @@ typedef struct { const char *name, *good, *bad; int driven; } case_values;
 /* A non-default accepted value and a refused one (NULL for text) for every
    variable in the table, in the table's order. */
 static const case_values cases[] = {
-    {"LZ_EAGER", "1", "yes", 1},          {"LZ_FUSION", "0", "off", 1},
+    {"LZ_EAGER", "1", "yes", 1},          {"LZ_DEVICE", "cpu", NULL, 1},
+    {"LZ_FUSION", "0", "off", 1},
     {"LZ_BLOCKED", "0", "2", 1},          {"LZ_WINOGRAD", "0", " 0", 1},
     {"LZ_DNNL_CONV", "tune", "3", 1},     {"LZ_CONV_CACHE", "0", "no", 0},
     {"LZ_DETERMINISTIC", "1", "true", 1},
@@ -39,6 +40,10 @@ static const case_values cases[] = {
     {"LZ_BENCH_TORCH_SCRIPT", "/x/s.py", NULL, 1}, {"LZ_TORCH_OMP_WAIT_POLICY", "active", NULL, 1},
     {"LZ_DIST_TIMEOUT", "5", " 12", 0},  /* integers: digits only, as the 0/1 switches */      {"LZ_DIST_BUCKET_KIB", "1", "-3", 0},
     {"LZ_DIST_OVERLAP", "0", "no", 0},
+    /* the CUDA backend's, read in liblazyc_cuda.so on a GPU (tests/cuda) */
+    {"LZ_CUDA_DEVICE", "1", "-1", 0},      {"LZ_CUDA_TF32", "1", "2", 0},
+    {"LZ_CUDA_GRAPHS", "0", "no", 0},      {"LZ_CUDA_GRAPH_COPY_MIB", "8", "-4", 0},
+    {"LZ_CUDA_CACHE", "0", "off", 0},      {"LZ_CUDA_STAGING_MIB", "16", "x", 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 

@@ -130,7 +130,7 @@ static void test_loops_release_everything(void)
        executables, cached free blocks */
     CHECK_EQ_I(tensors_alive(), 2);
     CHECK(lz_cache_size() >= 2);
-    CHECK(lz_pool_cached_bytes() > 0);
+    if (!strcmp(lz_device_name(), "cpu")) CHECK(lz_pool_cached_bytes() > 0);   /* the CPU's pool */
     lz_set_error("a stale error");
     lz_shutdown();
     check_released();

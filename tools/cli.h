@@ -30,6 +30,10 @@ int lz_cmd_env(int argc, char **argv);
 int lz_cli_int(const char *opt, const char *val, long lo, long hi, long *out);
 /* Same for a finite float within [lo, hi]. */
 int lz_cli_float(const char *opt, const char *val, double lo, double hi, double *out);
+/* --device NAME: makes name the device (lz_device_use) before the first
+   tensor; NULL leaves LZ_DEVICE's choice. Prints "lazyc CMD: --device
+   NAME: why" and returns -1 when it cannot be used. */
+int lz_cli_device(const char *cmd, const char *name);
 /* 1 if arg is -h or --help. */
 int lz_cli_is_help(const char *arg);
 /* Makes the missing parent directories of path and checks that the file can

@@ -25,16 +25,18 @@ enum { MAX_MODELS = 64 };
 static void bench_usage(FILE *f)
 {
     fprintf(f,
-            "usage: lazyc bench [--size smoke|bench] [--models a,b,...]\n"
+            "usage: lazyc bench [--size smoke|bench|gpu] [--models a,b,...]\n"
             "                   [--modes eager,lazy,captured,torch] [--steps N] [--warmup N]\n"
-            "                   [--out DIR] [--json] [--profile[-steps]] [--dtype f32|bf16]\n\n"
+            "                   [--out DIR] [--json] [--profile[-steps]] [--dtype f32|bf16]\n"
+            "                   [--device NAME]\n\n"
             "Times one training step (forward, cross-entropy, backward, SGD lr 0.01\n"
             "momentum 0.9) of each model in lazyc's eager, lazy and captured modes and\n"
             "in PyTorch eager (when /usr/bin/python3 has torch and torchvision), in the\n"
             "same run: warm-up steps, then repetitions interleaved between the modes;\n"
             "the median is reported.\n\n"
             "  --size S     smoke (default: small inputs, done in a few minutes) or bench\n"
-            "               (batch 8 at 128x128; BERT batch 4, sequence 128)\n"
+            "               (batch 8 at 128x128; BERT batch 4, sequence 128) or gpu\n"
+            "               (batch 64 at 224x224; BERT batch 16, sequence 128: for --device cuda)\n"
             "  --models L   comma-separated model names (default: all ten)\n"
             "  --modes L    comma-separated among eager, lazy, captured, torch (default: all)\n"
             "  --steps N    timed repetitions per mode (default 3 smoke, 5 bench)\n"
@@ -45,6 +47,7 @@ static void bench_usage(FILE *f)
             "  --dtype D    f32 (default) or bf16: every step's forward and loss under\n"
             "               lz_autocast_begin(LZ_BF16), PyTorch's under torch.autocast(\"cpu\",\n"
             "               bfloat16); %% peak is then of a bf16 GEMM measured in this run\n"
+            "  --device NAME  the device lazyc's modes run on (default LZ_DEVICE, else cpu)\n"
             "  --profile    after each model, the captured mode's kernel time by op\n"
             "               (lz_profile_read) on stderr\n"
             "  --profile-steps  --profile, then the 25 slowest step shapes: ms a step,\n"
@@ -169,18 +172,21 @@ int lz_cmd_bench(int argc, char **argv)
         }
         if (strcmp(a, "--size") && strcmp(a, "--models") && strcmp(a, "--modes") &&
             strcmp(a, "--steps") && strcmp(a, "--warmup") && strcmp(a, "--out") &&
-            strcmp(a, "--dtype"))
+            strcmp(a, "--dtype") && strcmp(a, "--device"))
             return usage_error("unknown option '%s'", a);
         if (!val)
             return usage_error("%s needs a value", a);
         i++;
         if (strcmp(a, "--size") == 0) {
-            if (strcmp(val, "smoke") && strcmp(val, "bench"))
-                return usage_error("--size is smoke or bench, not '%s'", val);
+            if (strcmp(val, "smoke") && strcmp(val, "bench") && strcmp(val, "gpu"))
+                return usage_error("--size is smoke, bench or gpu, not '%s'", val);
             o.size = val;
         } else if (strcmp(a, "--dtype") == 0) {
             if (bench_parse_dtype(val, &o.bf16) != 0)
                 return usage_error("--dtype is f32 or bf16, not '%s'", val);
+        } else if (strcmp(a, "--device") == 0) {
+            if (lz_cli_device("bench", val) != 0)
+                return LZ_CLI_USAGE_ERROR;
         } else if (strcmp(a, "--models") == 0) {
             model_list = argv[i];
         } else if (strcmp(a, "--modes") == 0) {
@@ -197,7 +203,7 @@ int lz_cmd_bench(int argc, char **argv)
             *(steps ? &o.steps : &o.warmup) = v;
         }
     }
-    int bench_size = strcmp(o.size, "bench") == 0;
+    int bench_size = strcmp(o.size, "smoke") != 0;
     if (o.steps < 0)
         o.steps = bench_size ? 5 : 3;
     if (o.warmup < 0)
@@ -248,8 +254,8 @@ int lz_cmd_bench(int argc, char **argv)
         fprintf(stderr, "lazyc bench: out of memory\n");
         return 1;
     }
-    fprintf(stderr, "lazyc bench --size %s: %d models, median of %ld steps after %ld warm-up\n",
-            o.size, n_models, o.steps, o.warmup);
+    fprintf(stderr, "lazyc bench --size %s: %d models on %s, median of %ld steps after %ld warm-up\n",
+            o.size, n_models, lz_device_name(), o.steps, o.warmup);
     fprintf(stderr, "measuring the fp32 peak (sgemm 2048^3)...\n");
     t.peak_gflops = bench_peak_gflops();
     fprintf(stderr, "fp32 peak: %.1f GFLOP/s\n", t.peak_gflops);

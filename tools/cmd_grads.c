@@ -13,9 +13,9 @@
 
 static void grads_usage(FILE *f)
 {
-    fprintf(f, "usage: lazyc grads --model NAME [--size smoke|bench] [--weights W.safetensors]\n"
+    fprintf(f, "usage: lazyc grads --model NAME [--size smoke|bench|gpu] [--weights W.safetensors]\n"
                "                   --inputs I.safetensors --out G.safetensors [--seed N]\n"
-               "                   [--dtype f32|bf16] [--eval]\n\n"
+               "                   [--dtype f32|bf16] [--eval] [--device NAME]\n\n"
                "Loads the weights (every parameter and buffer by its PyTorch state_dict\n"
                "name; without --weights the model keeps its initialisation from --seed),\n"
                "reads the batch x and y from the inputs file, runs one forward and backward\n"
@@ -25,7 +25,8 @@ static void grads_usage(FILE *f)
                "--dtype bf16: the forward and loss under lz_autocast_begin(LZ_BF16), as\n"
                "PyTorch's torch.autocast(\"cpu\", bfloat16); gradients are f32 either way.\n"
                "--eval: the pass in eval mode instead (batch norm on the running statistics\n"
-               "of the weights file, as PyTorch's model.eval()).\n\n"
+               "of the weights file, as PyTorch's model.eval()).\n"
+               "--device NAME: the device the pass runs on (default LZ_DEVICE, else cpu).\n\n"
                "Exit status: 0 on success, 2 on a bad argument or file, 1 if the run failed.\n");
 }
 
@@ -87,7 +88,7 @@ static lz_tensor *batch_tensor(lz_params *in, const char *path, const char *name
 int lz_cmd_grads(int argc, char **argv)
 {
     const char *model = NULL, *size = "smoke", *weights = NULL, *inputs = NULL, *out = NULL;
-    const char *dtype = "f32";
+    const char *dtype = "f32", *device = NULL;
     long seed = 0;
     int training = 1;
     for (int i = 1; i < argc; i++) {
@@ -102,6 +103,7 @@ int lz_cmd_grads(int argc, char **argv)
                            : strcmp(opt, "--inputs") == 0  ? &inputs
                            : strcmp(opt, "--out") == 0     ? &out
                            : strcmp(opt, "--dtype") == 0   ? &dtype
+                           : strcmp(opt, "--device") == 0  ? &device
                                                            : NULL;
         if (strcmp(opt, "--eval") == 0) {
             training = 0;
@@ -122,13 +124,14 @@ int lz_cmd_grads(int argc, char **argv)
     if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0)
         return usage_error("--dtype is f32 or bf16, not '%s'", dtype);
     const int bf16 = strcmp(dtype, "bf16") == 0;
-    if (strcmp(size, "smoke") != 0 && strcmp(size, "bench") != 0)
-        return usage_error("--size needs smoke or bench, got '%s'", size);
+    if (strcmp(size, "smoke") != 0 && strcmp(size, "bench") != 0 && strcmp(size, "gpu") != 0)
+        return usage_error("--size needs smoke, bench or gpu, got '%s'", size);
     if (!known_model(model)) {
         fprintf(stderr, "lazyc grads: unknown model '%s'\n", model);
         list_models(stderr);
         return LZ_CLI_USAGE_ERROR;
     }
+    if (lz_cli_device("grads", device) != 0) return LZ_CLI_USAGE_ERROR;
 
     int status = 1;
     lz_params *in = NULL, *grads = NULL;

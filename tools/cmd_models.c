@@ -11,7 +11,7 @@
 
 static void models_usage(FILE *f)
 {
-    fprintf(f, "usage: lazyc models [--size smoke|bench]\n\n"
+    fprintf(f, "usage: lazyc models [--size smoke|bench|gpu]\n\n"
                "Lists every model of the zoo with its number of parameters (trainable\n"
                "tensors; buffers such as batch-norm running statistics apart) and the\n"
                "input and target each size takes. Both sizes unless --size is given.\n"
@@ -73,12 +73,13 @@ int lz_cmd_models(int argc, char **argv)
             models_usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc
-                   && (strcmp(argv[i + 1], "smoke") == 0 || strcmp(argv[i + 1], "bench") == 0)) {
+                   && (strcmp(argv[i + 1], "smoke") == 0 || strcmp(argv[i + 1], "bench") == 0 ||
+                       strcmp(argv[i + 1], "gpu") == 0)) {
             sizes[0] = argv[++i];
             n_sizes = 1;
         } else {
             if (strcmp(argv[i], "--size") == 0)
-                fprintf(stderr, "lazyc models: --size needs smoke or bench, got '%s'\n\n",
+                fprintf(stderr, "lazyc models: --size needs smoke, bench or gpu, got '%s'\n\n",
                         i + 1 < argc ? argv[i + 1] : "(nothing)");
             else
                 fprintf(stderr, "lazyc models: unknown option '%s'\n\n", argv[i]);

@@ -20,6 +20,7 @@
 
 typedef struct train_opts {
     const char *data, *data_dir, *model, *optimizer, *schedule, *save, *resume, *summary, *dtype;
+    const char *device;      /* --device: NULL leaves LZ_DEVICE's choice */
     long epochs, batch, seed, train_limit, test_limit;
     long schedule_epochs;    /* the cosine schedule's length; 0: see resolve_schedule */
     long save_every, max_steps;
@@ -98,7 +99,7 @@ static void usage(FILE *f)
             "                   [--optimizer adamw|sgd] [--schedule cosine|none] [--seed S]\n"
             "                   [--save CKPT] [--save-every STEPS] [--resume CKPT]\n"
             "                   [--max-steps N] [--summary FILE] [--train-limit N]\n"
-            "                   [--test-limit N] [--schedule-epochs N] [--dtype f32|bf16]\n"
+            "                   [--test-limit N] [--schedule-epochs N] [--dtype f32|bf16]\n"            "                   [--device NAME]\n"
             "Defaults: cnn, 3 epochs, batch 128, AdamW lr 2e-3 weight decay 5e-4, cosine\n"
             "schedule, seed 1, data in /usr/share/datasets/fashion-mnist, summary in\n"
             "train-out/summary.json. The last partial training batch is dropped; the test\n"
@@ -106,7 +107,7 @@ static void usage(FILE *f)
             "stem from 1 channel and no max-pool, for 28x28 images (models/resnet.c).\n"
             "--dtype bf16 runs every forward and loss (training and test) under\n"
             "lz_autocast_begin(LZ_BF16): convolutions and products on bf16 operands with\n"
-            "float32 accumulation; parameters, gradients and optimizer state stay f32.\n"
+            "float32 accumulation; parameters, gradients and optimizer state stay f32.\n"            "--device NAME: the device tensors live on (default LZ_DEVICE, else cpu).\n"
             "\n"
             "Checkpoints: --save writes CKPT after every epoch and, with --save-every N,\n"
             "after every N-th training step too; each replaces the last atomically and\n"
@@ -212,7 +213,8 @@ static int parse(int argc, char **argv, train_opts *o)
                          : !strcmp(a, "--model") ? &o->model : !strcmp(a, "--optimizer") ? &o->optimizer
                          : !strcmp(a, "--schedule") ? &o->schedule : !strcmp(a, "--save") ? &o->save
                          : !strcmp(a, "--resume") ? &o->resume : !strcmp(a, "--summary") ? &o->summary
-                         : !strcmp(a, "--dtype") ? &o->dtype : NULL;
+                         : !strcmp(a, "--dtype") ? &o->dtype : !strcmp(a, "--device") ? &o->device
+                         : NULL;
         long *num = !strcmp(a, "--epochs") ? &o->epochs : !strcmp(a, "--batch") ? &o->batch
                   : !strcmp(a, "--seed") ? &o->seed : !strcmp(a, "--train-limit") ? &o->train_limit
                   : !strcmp(a, "--test-limit") ? &o->test_limit
@@ -586,6 +588,7 @@ int lz_cmd_train(int argc, char **argv)
     run r = {0};
     train_opts *o = &r.o;
     if (parse(argc, argv, o) != 0) { usage(stderr); return LZ_CLI_USAGE_ERROR; }
+    if (lz_cli_device("train", o->device) != 0) return LZ_CLI_USAGE_ERROR;
     if (train_dist_join(&r.t) != 0) return LZ_CLI_USAGE_ERROR;
     r.t.batch = o->batch;
     if (o->batch % r.t.size) {

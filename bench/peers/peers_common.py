@@ -31,7 +31,7 @@ import torch_reference as ref  # noqa: E402
 ZOO = ("resnet50", "resnet18", "BERT_pytorch", "resnext50_32x4d", "alexnet", "mobilenet_v2",
        "mnasnet1_0", "vgg16", "timm_vision_transformer", "squeezenet1_1")
 MODELS = ("mlp",) + ZOO
-SIZES = ("smoke", "bench")
+SIZES = ("smoke", "bench", "gpu")
 # bench/bench_mlp.c's defaults (batch 16, 24 inputs, one hidden layer of
 # 32, 6 classes, no bias)
 MLP = {"batch": 16, "in": 24, "hidden": 32, "depth": 1, "classes": 6}
@@ -41,14 +41,15 @@ LR, MOMENTUM = ref.LR, ref.MOMENTUM
 def shapes(model, size):
     """(input shape, target shape, classes, input is tokens) as lazyc's zoo
     builds them (models/zoo.c lz_zoo_image_spec, bert.c, vit.c)."""
-    bench = size == "bench"
+    bench = size in ("bench", "gpu")
+    gpu = size == "gpu"   # a batch that fills one GPU (lazyc bench --size gpu)
     if model == "mlp":
         return [MLP["batch"], MLP["in"]], [MLP["batch"]], MLP["classes"], False
     if model == "BERT_pytorch":
-        b, s = (4, 128) if bench else (2, 16)
+        b, s = (16, 128) if gpu else (4, 128) if bench else (2, 16)
         return [b, s], [b, s], 30522, True
-    batch = 8 if bench else 2
-    side = 128 if bench else (32 if model == "timm_vision_transformer" else 64)
+    batch = 64 if gpu else 8 if bench else 2
+    side = 224 if gpu else 128 if bench else (32 if model == "timm_vision_transformer" else 64)
     return [batch, 3, side, side], [batch], 1000 if bench else 10, False
 
 
@@ -58,7 +59,7 @@ def parse_args(system, models=MODELS, argv=None):
     ap = argparse.ArgumentParser(prog=f"{system}.py",
                                  description=f"Times the training step of one model under {system}.")
     ap.add_argument("--model", required=True, help="one of: " + ", ".join(models))
-    ap.add_argument("--size", default="smoke", help="smoke (default) or bench")
+    ap.add_argument("--size", default="smoke", help="smoke (default), bench or gpu")
     ap.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
     ap.add_argument("--warmup", type=int, default=2, help="steps before timing (compiles happen here)")
     ap.add_argument("--threads", type=int, default=2)
@@ -67,7 +68,7 @@ def parse_args(system, models=MODELS, argv=None):
     if a.model not in models:
         ap.error(f"unknown model '{a.model}' for {system} (known: {', '.join(models)})")
     if a.size not in SIZES:
-        ap.error(f"--size is smoke or bench, not '{a.size}'")
+        ap.error(f"--size is smoke, bench or gpu, not '{a.size}'")
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         ap.error("--steps must be >= 1, --warmup >= 0, --threads >= 1")
     a.system = system

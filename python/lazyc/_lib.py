@@ -51,7 +51,8 @@ class Metrics(ctypes.Structure):
         "ir_nodes", "transfers_to_device", "transfers_from_device", "host_waits",
         "capture_replays", "capture_fallbacks", "peak_bytes")] + \
         [(n, ctypes.c_double) for n in ("trace_ms", "compile_ms", "execute_ms", "wait_ms", "flops")] + \
-        [("kernels", ctypes.c_int64), ("in_place_writes", ctypes.c_int64)]
+        [(n, ctypes.c_int64) for n in ("kernels", "in_place_writes", "bytes_to_device",
+                                       "bytes_from_device", "graph_launches", "kernel_launches")]
 
 
 STEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T))
@@ -144,6 +145,8 @@ _SIGS = {
     "lz_capture": (ctypes.c_void_p, [STEP_FN, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
     "lz_call": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(T), ctypes.POINTER(T)]),
     "lz_fn_free": (None, [ctypes.c_void_p]),
+    "lz_device_use": (ctypes.c_int, [ctypes.c_char_p]),
+    "lz_device_name": (ctypes.c_char_p, []),
     "lz_silu": (T, [T]), "lz_sin": (T, [T]), "lz_cos": (T, [T]),
     "lz_ne": (T, [T, T]), "lz_minimum": (T, [T, T]),
     "lz_tri_mask": (T, [T, ctypes.c_int64, ctypes.c_int, ctypes.c_float]),
@@ -233,6 +236,25 @@ def error(what):
     """A RuntimeError carrying lazyc's last error."""
     msg = lib.lz_last_error()
     return RuntimeError("%s: %s" % (what, msg.decode() if msg else "unknown lazyc error"))
+
+
+def use_device(name):
+    """Makes name the device lazyc's tensors live on ("cpu", or NAME for
+    liblazyc_NAME.so beside the library); before the first tensor."""
+    if lib.lz_device_use(name.encode()) != 0:
+        raise error("lazyc: device %s" % name)
+
+
+def device():
+    """The device lazyc's tensors live on (or will)."""
+    return lib.lz_device_name().decode()
+
+
+# LZ_DEVICE chooses the device as it does for any program; the package
+# asks for it at import, so a name lazyc cannot use fails here, naming why,
+# not at the first tensor a bridge step makes.
+if os.environ.get("LZ_DEVICE"):
+    use_device(os.environ["LZ_DEVICE"])
 
 
 def shape_arg(shape):

@@ -897,6 +897,28 @@ def test_only_declared_functions():
         assert getattr(lib, name).restype is not None, name
 
 
+def test_device_from_environment():
+    """LZ_DEVICE=guarded: a train_step on the guarded test backend (memory
+    the host cannot touch outside its calls) gives torch's values; an
+    unknown device fails the import, naming the library it looked for."""
+    code = ("import torch, parity, lazyc\n"
+            "assert lazyc.device() == 'guarded', lazyc.device()\n"
+            "torch.manual_seed(5)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))\n"
+            "x, y = torch.rand(8, 20), torch.randint(0, 5, (8,))\n"
+            "problems, worst, _ = parity.check(m, x, y, 'adamw', 3, parity.loss_ce)\n"
+            "assert not problems, problems\n"
+            "assert lazyc.metrics()['bytes_to_device'] > 0\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LZ_DEVICE="guarded"),
+                       capture_output=True, text=True, cwd=here)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-c", "import lazyc"], env=dict(os.environ, LZ_DEVICE="nonesuch"),
+                       capture_output=True, text=True, cwd=os.path.join(parity.REPO, "python"))
+    last = (p.stderr.strip().splitlines() or [""])[-1]
+    assert p.returncode != 0 and "liblazyc_nonesuch.so not found" in last, p.stderr
+
+
 def test_missing_library_message():
     env = dict(os.environ, LAZYC_LIB="/nonexistent/liblazyc.so")
     p = subprocess.run([sys.executable, "-c", "import lazyc"], env=env, capture_output=True, text=True,

@@ -16,5 +16,11 @@ void   lz_metrics_add_execute_ms(double ms);
    engine/metrics_api.c); safe from any thread. */
 double lz_metrics_execute_ms(void);
 void   lz_metrics_execute_ms_reset(void);
+/* Launches a backend made for the executions it ran: CUDA graphs (each a
+   whole execution) and kernels (or library calls) launched one by one.
+   Any thread; read and reset by lz_metrics_get/_reset. */
+void   lz_metrics_add_launches(int64_t graphs, int64_t kernels);
+void   lz_metrics_launches(int64_t *graphs, int64_t *kernels);
+void   lz_metrics_launches_reset(void);
 
 #endif

@@ -21,6 +21,7 @@
 
 #define LZ_SETTINGS(X) \
     X(EAGER,          BOOL,   "0",    0, 1, NULL, "1: every op executes as soon as it is recorded (lz_set_eager overrides)") \
+    X(DEVICE,         TEXT,   "cpu",  0, 0, NULL, "the device tensors live on: cpu, or NAME for a backend loaded from liblazyc_NAME.so (lz_device_use overrides, before the first tensor)") \
     X(FUSION,         BOOL,   "1",    0, 1, NULL, "0: no fusion of element-wise chains and batch norm with its activation") \
     X(BLOCKED,        CHOICE, "1",    0, 0, "0|1|nhwc", "layouts between oneDNN convolutions: 0 plain, 1 the backend's (channel blocks; channels-last for bf16 on AMX), nhwc: channels-last everywhere") \
     X(WINOGRAD,       BOOL,   "1",    0, 1, NULL, "0: no 3x3 convolution by Winograd's algorithm (direct kernels only)") \
@@ -42,7 +43,13 @@
     X(TORCH_OMP_WAIT_POLICY, TEXT, "", 0, 0, NULL, "lazyc bench: OMP_WAIT_POLICY for the PyTorch reference (empty: its default)") \
     X(DIST_TIMEOUT,   INT,    "300",  1, 86400, NULL, "data-parallel: seconds a rank waits for the others in a collective before failing the step") \
     X(DIST_BUCKET_KIB, INT,   "25600", 1, 4194304, NULL, "data-parallel: KiB of gradients summed by one all-reduce (lz_dist_average_grads)") \
-    X(DIST_OVERLAP,   BOOL,   "1",    0, 1, NULL, "0: all-reduces run where they were recorded, not as soon as their gradients are ready (to measure the overlap)")
+    X(DIST_OVERLAP,   BOOL,   "1",    0, 1, NULL, "0: all-reduces run where they were recorded, not as soon as their gradients are ready (to measure the overlap)") \
+    X(CUDA_DEVICE,    INT,    "0",    0, 1024, NULL, "the CUDA device (GPU index) LZ_DEVICE=cuda uses") \
+    X(CUDA_TF32,      BOOL,   "0",    0, 1, NULL, "1: float32 products and convolutions on the CUDA device may use TF32 tensor cores (10-bit mantissa); 0: float32 means float32") \
+    X(CUDA_GRAPHS,    BOOL,   "1",    0, 1, NULL, "0: every execution on the CUDA device goes kernel by kernel; 1: an executable's runs from the second on are one CUDA graph launch") \
+    X(CUDA_GRAPH_COPY_MIB, INT, "1024", 0, INT32_MAX, NULL, "CUDA graphs: the most MiB of inputs and outputs whose buffers change between runs a graph copies through its fixed buffers; beyond it runs go kernel by kernel") \
+    X(CUDA_CACHE,     BOOL,   "1",    0, 1, NULL, "0: the CUDA kernels NVRTC compiles are kept for the process only, not in ${XDG_CACHE_HOME:-~/.cache}/lazyc/cuda") \
+    X(CUDA_STAGING_MIB, INT,  "128",  0, 65536, NULL, "MiB of pinned host memory host-to-device copies on the CUDA device go through (0: none, copies from pageable memory)")
 
 typedef enum {
 #define LZ_SETTING_ID(id, kind, def, lo, hi, choices, help) LZ_SETTING_##id,

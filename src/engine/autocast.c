@@ -7,7 +7,6 @@
 
 #include "backend/buffer.h"
 #include "autograd/autograd.h"
-#include "base/bf16.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/thread.h"
@@ -197,8 +196,9 @@ static lz_bf16_copy *want(lz_tensor *w)
     return copies[i];
 }
 
-/* w's copy made now, on this thread, from w's value (data, waited for):
-   rounded as lz_cast rounds. A first step then reads a copy as every later
+/* w's copy made now by the backend, from w's value (data, waited for: a
+   buffer is read only after its writer ran), rounded as lz_cast rounds.
+   A first step then reads a copy as every later
    one does, so both are one graph (one compile, one arena). NULL when w is
    pending or out of memory (the step casts w instead). */
 static lz_tensor *copy_from_data(lz_tensor *w)
@@ -208,9 +208,10 @@ static lz_tensor *copy_from_data(lz_tensor *w)
     const int64_t numel = lz_node_numel(n);
     lz_buffer *b = lz_buffer_new(sizeof(uint16_t) * (size_t)numel);
     if (!b) return NULL;
-    const float *src = n->buf->data;
-    uint16_t *dst = b->data;
-    for (int64_t i = 0; i < numel; i++) dst[i] = lz_f32_to_bf16(src[i]);
+    if (lz_buffer_to_bf16("lz_autocast", b, n->buf, numel)) {   /* on the device */
+        lz_buffer_unref(b);
+        return NULL;
+    }
     lz_node *c = lz_node_new_data(b, LZ_BF16, n->ndim, n->shape);
     lz_buffer_unref(b);
     lz_tensor *t = c ? lz_tensor_wrap(c) : NULL;

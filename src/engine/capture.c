@@ -42,6 +42,8 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "backend/buffer.h"
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/metrics.h"
@@ -440,7 +442,10 @@ static int run_function(lz_fn *f, lz_tensor *const *in, lz_tensor **out, char *k
     return 0;
 }
 
-/* The tensors alive when a trace starts, each held for the trace. */
+/* The tensors alive when a trace starts, each held for the trace, and
+   their buffers then, held too: the function may drop a buffer (an
+   assignment, autocast's copy refreshed by an optimizer), and a new one
+   made at its address must not be taken for it. */
 typedef struct snapshot {
     lz_tensor **t;
     lz_buffer **buf;         /* its buffer then */
@@ -448,11 +453,18 @@ typedef struct snapshot {
     lz_buffer **gbuf;        /* that gradient's buffer then */
     char *alive;             /* held by the program then */
     lz_buffer **inbuf;       /* each explicit input's buffer then */
-    int n;
+    int n, n_in;
+    int holds_buffers;
     uint32_t epoch;
 } snapshot;
 
 static uint32_t snapshot_epoch;
+
+static lz_buffer *hold_buffer(lz_buffer *b)
+{
+    if (b) lz_buffer_ref(b);
+    return b;
+}
 
 static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
 {
@@ -472,22 +484,39 @@ static int take_snapshot(snapshot *s, lz_tensor *const *in, int n_in)
         return lz_errorf_int("lz_call: out of memory starting a trace (%d tensors alive)", n);
     }
     s->epoch = ++snapshot_epoch;
-    for (int k = 0; k < n_in; k++) s->inbuf[k] = in[k]->node->buf;
+    s->n_in = n_in;
+    s->holds_buffers = 1;
+    for (int k = 0; k < n_in; k++) s->inbuf[k] = hold_buffer(in[k]->node->buf);
     for (lz_tensor *t = lz_all_first(); t; t = t->all_next) {
         s->alive[s->n] = lz_tensor_held(t, 0);
         lz_tensor_ref(t);
         t->capture_epoch = s->epoch;
         s->t[s->n] = t;
-        s->buf[s->n] = t->node->buf;
+        s->buf[s->n] = hold_buffer(t->node->buf);
         s->grad[s->n] = t->grad;
-        s->gbuf[s->n] = t->grad ? t->grad->node->buf : NULL;
+        s->gbuf[s->n] = hold_buffer(t->grad ? t->grad->node->buf : NULL);
         s->n++;
     }
     return 0;
 }
 
+/* Before anything executes (a held buffer could not be written in
+   place): the binding that compares them is done by then. */
+static void release_snapshot_buffers(snapshot *s)
+{
+    if (!s->holds_buffers) return;
+    s->holds_buffers = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->buf[i]) lz_buffer_unref(s->buf[i]);
+        if (s->gbuf[i]) lz_buffer_unref(s->gbuf[i]);
+    }
+    for (int k = 0; k < s->n_in; k++)
+        if (s->inbuf[k]) lz_buffer_unref(s->inbuf[k]);
+}
+
 static void drop_snapshot(snapshot *s)
 {
+    release_snapshot_buffers(s);
     for (int i = 0; i < s->n; i++) lz_tensor_unref(s->t[i]);
     free(s->t); free(s->buf); free(s->grad); free(s->gbuf); free(s->alive);
     free(s->inbuf);
@@ -645,10 +674,14 @@ static void warn_host_values(lz_fn *f, const trace *tr)
         if (!hn) continue;
         const lz_node *nd = hn->t->node;
         char shape[96], val[64] = "";
-        if (lz_node_numel(nd) == 1 && hn->buf->data) {
-            if (nd->dtype == LZ_F32) snprintf(val, sizeof val, " = %g", (double)*(const float *)hn->buf->data);
-            else if (nd->dtype == LZ_I64) snprintf(val, sizeof val, " = %" PRId64, *(const int64_t *)hn->buf->data);
-            else snprintf(val, sizeof val, " = %" PRId32, *(const int32_t *)hn->buf->data);
+        /* made from host data: nothing to wait for, read from the device */
+        union { float f; int64_t i64; int32_t i32; uint16_t bf16; } v;
+        if (lz_node_numel(nd) == 1 && !hn->buf->error &&
+            lz_buffer_read("lz_call", hn->buf, &v, lz_dtype_size((lz_dtype)nd->dtype)) == 0) {
+            if (nd->dtype == LZ_F32) snprintf(val, sizeof val, " = %g", (double)v.f);
+            else if (nd->dtype == LZ_I64) snprintf(val, sizeof val, " = %" PRId64, v.i64);
+            else if (nd->dtype == LZ_BF16) snprintf(val, sizeof val, " = %g", (double)lz_bf16_to_f32(v.bf16));
+            else snprintf(val, sizeof val, " = %" PRId32, v.i32);
         }
         if (len < sizeof list)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s %s%s", n ? ", " : "", hn->op,
@@ -677,24 +710,41 @@ static int compare_capture(const trace *tr, const lz_graph *g)
     for (int i = 0; i < g->n_inputs && i < tr->n_slots; i++) {
         if (tr->slots[i].kind != SRC_CONST) continue;
         const lz_buffer *old = tr->slots[i].buf, *now = g->inputs[i]->buf;
-        if (old->nbytes != now->nbytes || !old->data || !now->data ||
-            memcmp(old->data, now->data, old->nbytes) == 0)
+        if (old->nbytes != now->nbytes || old->error || now->error) continue;
+        /* both made from host data: read them back from the device */
+        char *host = lz_host_malloc(2 * old->nbytes + 1);
+        if (!host)
+            return lz_errorf_int("lz_call: LZ_CAPTURE_CHECK: out of memory reading constant input %d "
+                                 "(%zu bytes) to compare it", i, old->nbytes);
+        const char *was = host, *is = host + old->nbytes;
+        if (lz_buffer_read("lz_call", old, host, old->nbytes) ||
+            lz_buffer_read("lz_call", now, host + old->nbytes, old->nbytes)) {
+            free(host);
+            return -1;
+        }
+        if (memcmp(was, is, old->nbytes) == 0) {
+            free(host);
             continue;
+        }
         const lz_node *n = g->inputs[i];
         size_t es = lz_dtype_size((lz_dtype)n->dtype), e = 0;
-        while (e * es < old->nbytes && !memcmp((const char *)old->data + e * es, (const char *)now->data + e * es, es)) e++;
+        while (e * es < old->nbytes && !memcmp(was + e * es, is + e * es, es)) e++;
         char shape[96], ov[48], nv[48];
-        const char *od = (const char *)old->data + e * es, *ndt = (const char *)now->data + e * es;
+        const char *od = was + e * es, *ndt = is + e * es;
         if (n->dtype == LZ_F32) {
             snprintf(ov, sizeof ov, "%.9g", (double)*(const float *)od);
             snprintf(nv, sizeof nv, "%.9g", (double)*(const float *)ndt);
         } else if (n->dtype == LZ_I64) {
             snprintf(ov, sizeof ov, "%" PRId64, *(const int64_t *)od);
             snprintf(nv, sizeof nv, "%" PRId64, *(const int64_t *)ndt);
+        } else if (n->dtype == LZ_BF16) {
+            snprintf(ov, sizeof ov, "%.9g", (double)lz_bf16_to_f32(*(const uint16_t *)od));
+            snprintf(nv, sizeof nv, "%.9g", (double)lz_bf16_to_f32(*(const uint16_t *)ndt));
         } else {
             snprintf(ov, sizeof ov, "%" PRId32, *(const int32_t *)od);
             snprintf(nv, sizeof nv, "%" PRId32, *(const int32_t *)ndt);
         }
+        free(host);
         return lz_errorf_int("lz_call: LZ_CAPTURE_CHECK: constant input %d (%s %s, made from host memory "
                              "inside the step function) changed since the capture: element %zu was %s, "
                              "is now %s", i, lz_shape_str(shape, n->ndim, n->shape),
@@ -972,8 +1022,9 @@ static int bind_capture(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *e
    traced on every call, or short of memory to capture it: a later call
    traces again); if that fails, nothing stays pending and the outputs it
    made are dropped. */
-static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0)
+static int run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0, snapshot *s)
 {
+    if (s) release_snapshot_buffers(s);
     int rc = lz_step_all();
     if (rc != 0) {
         fail_pending();
@@ -1015,19 +1066,20 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
                    "will be traced on every call", break_reason);
         f->fallback = 1;
         lz_counters.capture_fallbacks++;
-        rc = run_uncaptured(f, out, serial0);
+        rc = run_uncaptured(f, out, serial0, &s);
         goto done;
     }
     /* a tensor made here from host memory went unnoted: not bindable */
-    if (notes_lost) { rc = run_uncaptured(f, out, serial0); goto done; }
-    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = run_uncaptured(f, out, serial0); goto done; }
+    if (notes_lost) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
+    if (!tr && !(tr = new_trace(f, in, s.inbuf))) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
     if (library_state_made || (!tr->warmed_up && !trace_is_steady(&s, out, f->n_out))) {
         /* without its leaves recorded, the next call warms up again */
         tr->warmed_up = record_leaves(tr, &s, NULL, 0) == 0;
         tr->leaf_epoch = leaf_epoch;
         lz_node **roots = NULL;
         int n_roots = trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
+        if (n_roots < 0) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
+        release_snapshot_buffers(&s);
         rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : 0;
         free(roots);
         if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
@@ -1039,13 +1091,13 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     lz_tensor **live = NULL;
     int n_live = 0;
     int n_roots = trace_roots(f, out, s.epoch, &roots, &live, &n_live);
-    if (n_roots < 0) { rc = run_uncaptured(f, out, serial0); goto done; }
+    if (n_roots < 0) { rc = run_uncaptured(f, out, serial0, &s); goto done; }
     double t0 = lz_now_ms();
     lz_graph g;
     if (lz_graph_cut(&g, roots, n_roots) != 0) {
         free(roots);
         free(live);
-        rc = run_uncaptured(f, out, serial0);
+        rc = run_uncaptured(f, out, serial0, &s);
         goto done;
     }
     lz_counters.graphs++;
@@ -1058,6 +1110,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     const void **was = NULL;
     int n_was = checking && tr->captured ? tr->n_slots : 0;
     if (!exe) {
+        release_snapshot_buffers(&s);
         rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
     } else if (checking && tr->captured) {
         if (compare_capture(tr, &g) == 0 && !(was = lz_host_malloc(sizeof *was * (size_t)(n_was + 1))))
@@ -1122,6 +1175,7 @@ static int capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **
     } else if (bound == 0) {
         warn_host_values(f, tr);
     }
+    release_snapshot_buffers(&s);
     rc = lz_execute_step_graph(&g, exe);
     lz_graph_release(&g);
     tr->captured = rc == 0 && bound == 0;
@@ -1382,7 +1436,7 @@ static int run_direct(lz_fn *f, lz_tensor *const *in, lz_tensor **out)
 {
     uint64_t serial0 = lz_tensor_serial();
     int rc = run_function(f, in, out, NULL);
-    return rc == 0 ? run_uncaptured(f, out, serial0) : rc;
+    return rc == 0 ? run_uncaptured(f, out, serial0, NULL) : rc;
 }
 
 /* A replay binds an input as data, so it cannot differentiate into the

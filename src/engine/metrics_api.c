@@ -18,6 +18,7 @@ lz_metrics lz_metrics_get(void)
     lz_metrics m = lz_counters;
     m.execute_ms = lz_metrics_execute_ms();
     m.peak_bytes = lz_device_peak_bytes();
+    lz_metrics_launches(&m.graph_launches, &m.kernel_launches);
     return m;
 }
 
@@ -28,6 +29,7 @@ void lz_metrics_reset(void)
     lz_counters = zero;
     lz_compile_causes_reset();
     lz_metrics_execute_ms_reset();
+    lz_metrics_launches_reset();
     lz_device_peak_reset();
 }
 
@@ -58,14 +60,19 @@ char *lz_metrics_report(void)
              "  wait_ms               %.3f\n"
              "  flops                 %.4g\n"
              "  kernels               %lld\n"
-             "  in_place_writes       %lld\n",
+             "  in_place_writes       %lld\n"
+             "  bytes_to_device       %lld\n"
+             "  bytes_from_device     %lld\n"
+             "  graph_launches        %lld\n"
+             "  kernel_launches       %lld\n",
              (long long)m.mark_steps, (long long)m.graphs, (long long)m.executions,
              (long long)m.compiles, (long long)m.cache_hits, (long long)m.ir_nodes,
              (long long)m.transfers_to_device, (long long)m.transfers_from_device,
              (long long)m.host_waits, (long long)m.capture_replays,
              (long long)m.capture_fallbacks, (long long)m.peak_bytes,
              m.peak_bytes / 1048576.0, m.trace_ms, m.compile_ms, m.execute_ms, m.wait_ms, m.flops,
-             (long long)m.kernels, (long long)m.in_place_writes);
+             (long long)m.kernels, (long long)m.in_place_writes, (long long)m.bytes_to_device,
+             (long long)m.bytes_from_device, (long long)m.graph_launches, (long long)m.kernel_launches);
     /* why the compiles above happened, most frequent first */
     k += snprintf(s + k, CAP - (size_t)k, "  compile causes       ");
     int done[LZ_CAUSE_COUNT] = {0}, listed = 0;

@@ -1,36 +1,26 @@
-/* Public tensor calls: making data, querying shape, reading values. */
+/* Public tensor calls: making data, querying shape, reading values. Values
+ * move through the backend's table only (backend/buffer.h): this file never
+ * touches device memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/random_fill.h"
+#include "backend/buffer.h"
 #include "base/bf16.h"
 #include "base/error.h"
 #include "base/metrics.h"
 #include "base/thread.h"
 #include "engine/capture.h"
+#include "engine/device.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
 #include "runtime/executor.h"
-
-/* The engine starts the backend: the first tensor made from data registers
-   the CPU backend, unless a program or test registered another before.
-   Every tensor's values root in data made here (ops only combine tensors),
-   so nothing reaches device memory or the compiler earlier; and this file
-   is in every program that makes a tensor, as a constructor elsewhere
-   would not be in a static link that never names it. */
-static void start_backend(void)
-{
-    if (!lz_backend_current()) lz_backend_register(lz_backend_cpu());
-}
 
 static lz_tensor *new_data(const char *op, lz_dtype dtype, int ndim, const int64_t *shape, lz_buffer **bufp)
 {
     size_t nbytes = 0;
     if (lz_owner_check(op) || lz_shape_check(op, dtype, ndim, shape, &nbytes)) return NULL;
-    start_backend();
+    if (lz_device_start(op)) return NULL;
     lz_buffer *b = lz_buffer_new(nbytes);
     if (!b) return NULL;
     lz_node *n = lz_node_new_data(b, dtype, ndim, shape);
@@ -49,7 +39,10 @@ static lz_tensor *from_host(const char *op, const void *data, lz_dtype dtype, in
         lz_free(t);
         return lz_errorf("%s: data is NULL", op);
     }
-    if (b->nbytes) memcpy(b->data, data, b->nbytes); /* data may be NULL then */
+    if (lz_buffer_write(op, b, data, b->nbytes)) {   /* data may be NULL when empty */
+        lz_free(t);
+        return NULL;
+    }
     lz_counters.transfers_to_device++;
     return t;
 }
@@ -77,12 +70,15 @@ lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
     lz_buffer *b;
     lz_tensor *t = new_data("lz_full", dtype, ndim, shape, &b);
     if (!t) return NULL;
-    size_t n = b->nbytes / lz_dtype_size(dtype);
-    for (size_t i = 0; i < n; i++) {
-        if (dtype == LZ_F32) ((float *)b->data)[i] = (float)value;
-        else if (dtype == LZ_BF16) ((uint16_t *)b->data)[i] = lz_f32_to_bf16((float)value);
-        else if (dtype == LZ_I64) ((int64_t *)b->data)[i] = (int64_t)value;
-        else ((int32_t *)b->data)[i] = (int32_t)value;
+    /* one element's bytes, repeated on the device */
+    union { float f; uint16_t bf16; int64_t i64; int32_t i32; } v;
+    if (dtype == LZ_F32) v.f = (float)value;
+    else if (dtype == LZ_BF16) v.bf16 = lz_f32_to_bf16((float)value);
+    else if (dtype == LZ_I64) v.i64 = (int64_t)value;
+    else v.i32 = (int32_t)value;
+    if (lz_buffer_fill("lz_full", b, &v, lz_dtype_size(dtype))) {
+        lz_free(t);
+        return NULL;
     }
     lz_capture_note_host_data(t, "lz_full");
     return t;
@@ -97,8 +93,11 @@ lz_tensor *lz_from_random(uint64_t seed, int dist, float a, float b, int ndim, c
     lz_buffer *bf;
     lz_tensor *t = new_data("lz_from_random", LZ_F32, ndim, shape, &bf);
     if (!t) return NULL;
-    lz_cpu_fill_random(bf->data, (int64_t)(bf->nbytes / sizeof(float)), seed, dist, a, b);
-    lz_counters.transfers_to_device++;
+    /* drawn on the device: no host memory, no transfer */
+    if (lz_buffer_fill_random("lz_from_random", bf, seed, dist, a, b)) {
+        lz_free(t);
+        return NULL;
+    }
     lz_capture_note_host_data(t, "lz_from_random");
     return t;
 }
@@ -107,7 +106,11 @@ lz_tensor *lz_zeros(lz_dtype dtype, int ndim, const int64_t *shape)
 {
     lz_buffer *b;
     lz_tensor *t = new_data("lz_zeros", dtype, ndim, shape, &b);
-    if (t) memset(b->data, 0, b->nbytes);
+    const unsigned char zero = 0;
+    if (t && lz_buffer_fill("lz_zeros", b, &zero, 1)) {
+        lz_free(t);
+        return NULL;
+    }
     lz_capture_note_host_data(t, "lz_zeros");
     return t;
 }
@@ -175,7 +178,7 @@ int lz_to_host(lz_tensor *t, void *dst, size_t nbytes)
     size_t need = (size_t)got;
     if (need && !dst) return lz_errorf_int("lz_to_host: destination is NULL");
     if (materialise_and_wait("lz_to_host", t)) return -1;
-    if (need) memcpy(dst, t->node->buf->data, need); /* dst may be NULL then */
+    if (lz_buffer_read("lz_to_host", t->node->buf, dst, need)) return -1;   /* dst may be NULL when empty */
     lz_counters.transfers_from_device++;
     return 0;
 }
@@ -213,7 +216,10 @@ int lz_copy_from_host(lz_tensor *t, const void *data, size_t nbytes)
        reading the old one. */
     lz_buffer *b = lz_buffer_new(need);
     if (!b) return -1;
-    if (need) memcpy(b->data, data, need); /* data may be NULL then */
+    if (lz_buffer_write("lz_copy_from_host", b, data, need)) {   /* data may be NULL when empty */
+        lz_buffer_unref(b);
+        return -1;
+    }
     lz_counters.transfers_to_device++;
     lz_node *n = lz_node_new_data(b, (lz_dtype)t->node->dtype, t->node->ndim, t->node->shape);
     lz_buffer_unref(b);

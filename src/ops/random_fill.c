@@ -1,4 +1,4 @@
-/* lz_from_random_opt: lz_from_random's host fill with its distribution
+/* lz_from_random_opt: lz_from_random's fill with its distribution
  * named and its parameters in an options struct. */
 #include <math.h>
 

@@ -75,8 +75,8 @@ static void run_job(job *j)
         for (int v = 0; v < p->n_values; v++) {
             const lz_value *val = &p->values[v];
             switch (val->kind) {
-            case LZ_VALUE_INPUT: ptrs[v] = j->in[val->slot]->data; break;
-            case LZ_VALUE_OUTPUT: ptrs[v] = j->out[val->slot]->data; break;
+            case LZ_VALUE_INPUT: ptrs[v] = lz_buffer_address(j->in[val->slot]); break;
+            case LZ_VALUE_OUTPUT: ptrs[v] = lz_buffer_address(j->out[val->slot]); break;
             /* a graph whose intermediates are all empty has no arena; they
                still get a valid address, as empty buffers do */
             case LZ_VALUE_VIEW: break;   /* below, once every other value has its memory */
@@ -106,7 +106,8 @@ static void run_job(job *j)
             const lz_buffer *src = j->keep[o] >= 0 ? j->in[j->keep[o]] : NULL;
             if (!src || src->error || src->nbytes != j->out[o]->nbytes) continue;
             /* a donated buffer is both: the in-place tail did not run */
-            if (src != j->out[o]) j->exe->backend->copy(j->out[o]->data, src->data, src->nbytes);
+            /* on the device, in queue order after the failed run */
+            if (src != j->out[o] && lz_buffer_copy(j->out[o], src, src->nbytes)) continue;
             kept[o] = 1;
         }
     }
@@ -163,10 +164,28 @@ static void *executor_main(void *arg)
     return NULL;
 }
 
+/* A program that returns from main with executions in flight (it never
+   waited) exits while the executor thread runs them, and exit() runs the
+   libraries' destructors under it: oneDNN's kernels are static objects, and
+   a product running on them crashed (test_exit_in_flight). So exit first
+   lets the queue drain. Not on the executor thread itself (a kernel that
+   exits would wait for its own job). */
+static void drain_at_exit(void)
+{
+    if (!running || pthread_equal(pthread_self(), thread)) return;
+    pthread_mutex_lock(&mu);
+    awaiting_all = 1;
+    while (in_flight) pthread_cond_wait(&done_cv, &mu);
+    awaiting_all = 0;
+    pthread_mutex_unlock(&mu);
+}
+
 /* Joinable, not detached: lz_executor_shutdown joins it, so its stack and
    the OpenMP team it leads are released with it. */
 static void start_executor(void)
 {
+    static int at_exit;
+    if (!at_exit) at_exit = atexit(drain_at_exit) == 0;
     lz_omp_quiet_start();
     running = pthread_create(&thread, NULL, executor_main, NULL) == 0;
 }
@@ -251,7 +270,7 @@ int lz_executor_overwritable(lz_buffer *b, size_t nbytes)
 {
     pthread_mutex_lock(&mu);
     int host_refs = atomic_load(&b->refs) - atomic_load(&b->job_refs);
-    int ok = host_refs == 1 && b->data && !b->error && b->nbytes == nbytes;
+    int ok = host_refs == 1 && lz_buffer_address(b) && !b->error && b->nbytes == nbytes;
     pthread_mutex_unlock(&mu);
     return ok;
 }

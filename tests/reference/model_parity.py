@@ -11,6 +11,7 @@ for resnet18_fmnist (`lazyc train --model resnet18`, fmnist_ref.py).
     model_parity.py compare EXPECTED GOT [--skip SUFFIX]
         compares two safetensors files tensor by tensor
     model_parity.py run --lazyc BIN --test-models BIN [--models a,b,...] [--keep DIR]
+                        [--save-got DIR]
         the ctest driver (tests/test_model_parity.sh): for each model, write
         the files into a temporary folder, run
           lazyc grads --model NAME --size smoke --weights W --inputs I --out G
@@ -22,7 +23,13 @@ for resnet18_fmnist (`lazyc train --model resnet18`, fmnist_ref.py).
         forward has a max-pool window tied within rounding (choices.py),
         `test_models sgd ... k:k-1` instead: the state after k-1 steps and
         the losses of steps 1..k (docs/testing.md, "Ties within rounding"). Prints one line per model and names the worst
-        tensor of any failure; exits 1 if a model fails.
+        tensor of any failure; exits 1 if a model fails. --save-got DIR
+        keeps lazyc's results and the tolerances' basis (PyTorch's f32
+        errors) in DIR/<model>/, for compare-runs.
+    model_parity.py compare-runs EXPECTED_DIR GOT_DIR
+        two runs' saved results (--save-got) against each other, model by
+        model, with the parity tolerances: the CUDA backend's against the
+        CPU's from the same weights (scripts/device_check.sh)
 
 Models without batch norm train on the seeded batch or, of a few others,
 the one whose ReLU inputs stay farthest from the kink (train_batch).
@@ -634,6 +641,14 @@ def check_model(name, args, tmp):
                 fails.append(f"after {cut} SGD steps: " + "; ".join(problems[:6]) + hint +
                              f"\n      torch losses {['%.6f' % l for l in ref_losses]}; lazyc: " +
                              " ".join(out.split()))
+    if args.save_got:
+        keep = os.path.join(args.save_got, name)
+        os.makedirs(keep, exist_ok=True)
+        for f in ("grads.safetensors", "sgd.safetensors", "grads_eval.safetensors"):
+            if os.path.exists(os.path.join(tmp, f)):
+                shutil.copy(os.path.join(tmp, f), os.path.join(keep, f))
+        with open(os.path.join(keep, "sens.json"), "w") as fh:
+            json.dump(sens, fh)
     line = (f"{name} [torch {t_ref:.0f} s{' (cached)' if cached else ''}, lazyc grads {t_grads:.0f} s, sgd {t_sgd:.0f} s]" +
             "".join("\n    " + p for p in parts))
     return not fails, line + "".join("\n    FAILED: " + f for f in fails)
@@ -769,6 +784,7 @@ def main_run(argv):
     ap.add_argument("--models", default=",".join(MODELS + TRAIN_MODELS + SHAPE_CASES))
     ap.add_argument("--skip", default="", help="models left out, said so in the summary")
     ap.add_argument("--keep", help="write each model's files under this folder and keep them")
+    ap.add_argument("--save-got", help="keep lazyc's results under DIR/<model>/ (for compare-runs)")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("LZ_TORCH_THREADS", "2")))
     skipped = [n for n in args.skip.split(",") if n]
@@ -794,6 +810,38 @@ def main_run(argv):
           f"({time.time() - t0:.0f} s)" + (f"; FAILED: {', '.join(failed)}" if failed else "") +
           (f"; NOT CHECKED in this run: {', '.join(skipped)}" if skipped else ""))
     return 1 if failed else 0
+
+
+def compare_runs(expected_dir, got_dir):
+    """Each model both runs saved: got against expected, every file, with
+    the tolerances expected's run derived (its sens.json)."""
+    failed, n = [], 0
+    for name in sorted(os.listdir(expected_dir)):
+        e, g = os.path.join(expected_dir, name), os.path.join(got_dir, name)
+        if not os.path.isdir(e) or not os.path.isdir(g):
+            continue
+        with open(os.path.join(e, "sens.json")) as fh:
+            sens = json.load(fh)
+        n += 1
+        parts = []
+        for f, kind, skip in (("grads.safetensors", "grads", None), ("grads_eval.safetensors", "eval", None),
+                              ("sgd.safetensors", "sgd", "num_batches_tracked")):
+            if not os.path.exists(os.path.join(e, f)):
+                continue
+            if not os.path.exists(os.path.join(g, f)):
+                parts.append(f"{f}: missing")
+                failed.append(name)
+                continue
+            worst, largest, problems = compare(os.path.join(e, f), os.path.join(g, f), skip, sens.get(kind))
+            parts.append(f"{kind}: " + describe(worst, largest) + ("" if not problems else
+                                                                    "; FAILED: " + "; ".join(problems[:4])))
+            if problems:
+                failed.append(name)
+        print(name + "".join("\n    " + p for p in parts), flush=True)
+    failed = sorted(set(failed))
+    print(f"compare-runs: {n - len(failed)}/{n} models within the parity tolerances" +
+          (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed or not n else 0
 
 
 def main():
@@ -822,6 +870,8 @@ def main():
         return 0 if not problems else 1
     if len(sys.argv) >= 2 and sys.argv[1] == "run":
         return main_run(sys.argv[2:])
+    if len(sys.argv) == 4 and sys.argv[1] == "compare-runs":
+        return compare_runs(sys.argv[2], sys.argv[3])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -10,7 +10,9 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/product_choice.h"
 #include "backends/cpu/product_time.h"
+#include "backends/cpu/random_fill.h"
 #include "backends/cpu/scratch.h"
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/metrics.h"
@@ -29,7 +31,54 @@ struct lz_backend_exec {
     cpu_step steps[];        /* one per step */
 };
 
-static void cpu_copy(void *dst, const void *src, size_t nbytes) { memcpy(dst, src, nbytes); }
+/* Host memory is the device's: transfers and copies are memcpy, done when
+   they return (the contract's order holds trivially). */
+static const char *cpu_copy(void *dst, const void *src, size_t nbytes)
+{
+    memcpy(dst, src, nbytes);
+    return NULL;
+}
+
+static const char *cpu_fill(void *dst, size_t nbytes, const void *value, size_t width)
+{
+    const unsigned char *v = value;
+    size_t same = 1;
+    while (same < width && v[same] == v[0]) same++;
+    if (same == width) {   /* zeros, and any value of one repeated byte */
+        memset(dst, v[0], nbytes);
+        return NULL;
+    }
+    if (width == 2) {
+        uint16_t x;
+        memcpy(&x, value, 2);
+        for (size_t i = 0; i < nbytes / 2; i++) ((uint16_t *)dst)[i] = x;
+    } else if (width == 4) {
+        uint32_t x;
+        memcpy(&x, value, 4);
+        for (size_t i = 0; i < nbytes / 4; i++) ((uint32_t *)dst)[i] = x;
+    } else if (width == 8) {
+        uint64_t x;
+        memcpy(&x, value, 8);
+        for (size_t i = 0; i < nbytes / 8; i++) ((uint64_t *)dst)[i] = x;
+    } else {
+        return "cpu backend: a fill of width other than 1, 2, 4 or 8 bytes";
+    }
+    return NULL;
+}
+
+static const char *cpu_fill_random(void *dst, int64_t n, uint64_t seed, int dist, float a, float b)
+{
+    lz_cpu_fill_random(dst, n, seed, dist, a, b);
+    return NULL;
+}
+
+static const char *cpu_to_bf16(void *dst, const void *src, int64_t n)
+{
+    const float *s = src;
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = lz_f32_to_bf16(s[i]);
+    return NULL;
+}
 
 static pthread_mutex_t sgemm_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t sgemm_thread;
@@ -134,6 +183,7 @@ static const char *injected_fault(const lz_program *p, int i)
 static const char *run_steps(lz_backend_exec *e, void *const *ptrs, void *arena)
 {
     const lz_program *p = e->prog;
+    lz_metrics_add_launches(0, p->n_steps);   /* one call per kernel */
     for (int i = 0; i < p->n_steps; i++) {
         const char *fault = injected_fault(p, i);
         if (fault) {
@@ -188,7 +238,8 @@ const lz_backend *lz_backend_cpu(void)
 {
     static const lz_backend cpu = {
         .name = "cpu", .alloc = lz_pool_alloc, .free = lz_pool_free,
-        .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy,
+        .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy, .fill = cpu_fill,
+        .fill_random = cpu_fill_random, .to_bf16 = cpu_to_bf16,
         .prepare = cpu_prepare, .run = cpu_run, .ready = cpu_ready, .release = cpu_release,
         .trim = cpu_trim,
         .layout_block = lz_cpu_program_block, .operand_layouts = lz_cpu_operand_layouts,

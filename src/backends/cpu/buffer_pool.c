@@ -34,7 +34,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "base/fault.h"
 #include "base/settings.h"
 
 #define NBUCKETS 1024
@@ -138,7 +137,6 @@ static void free_chain(block *b)
 
 void *lz_pool_alloc(size_t nbytes)
 {
-    if (lz_fault_hit(LZ_FAULT_ALLOC)) return NULL;
     size_t size = round_size(nbytes ? nbytes : 1);
     pthread_mutex_lock(&mu);
     for (block *b = buckets[bucket_of(size)]; b; b = b->next) {

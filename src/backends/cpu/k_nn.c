@@ -8,8 +8,8 @@
 
 #include "backends/cpu/activation.h"
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/rng_bits.h"
 #include "backends/cpu/vec_math.h"
+#include "base/rng.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -142,7 +142,7 @@ static LZ_MATH_CLONES void mask_range(float *m, int64_t i0, int64_t i1, rng_stre
 {
     for (int64_t i = i0; i < i1; i++) {
         uint64_t r = stream_bits(rs, i);
-        m[i] = (r >> 32) < thresh ? 0.0f : keep;
+        m[i] = lz_rng_dropout_element(r, thresh, keep);
     }
 }
 
@@ -154,10 +154,8 @@ static const char *k_dropout_mask(const lz_program *p, const lz_instr *s, void *
     const rng_stream rs = stream_of(s, ptrs);
     float *m = ptrs[s->out];
     const float prob = s->fattr[0];
-    /* drop when the top 32 bits fall below prob * 2^32 */
-    const double th = (double)prob * 4294967296.0;
-    const uint64_t thresh = th >= 4294967296.0 ? 4294967296ull : th <= 0 ? 0 : (uint64_t)(th + 0.5);
-    const float keep = prob < 1.0f ? 1.0f / (1.0f - prob) : 0.0f;
+    const uint64_t thresh = lz_rng_dropout_threshold(prob);
+    const float keep = lz_rng_dropout_keep(prob);
     const int64_t chunks = (n + MASK_CHUNK - 1) / MASK_CHUNK;
     LZ_PAR_FOR(n > PAR_MIN, c, chunks, {
         mask_range(m, c * MASK_CHUNK, c + 1 < chunks ? (c + 1) * MASK_CHUNK : n, rs, thresh, keep);
@@ -178,13 +176,7 @@ static const char *k_rand(const lz_program *p, const lz_instr *s, void *const *p
     #pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         uint64_t r = stream_bits(rs, i);
-        if (!normal) {
-            out[i] = (float)(r >> 40) * (1.0f / 16777216.0f);
-            continue;
-        }
-        double u1 = ((double)(r >> 32) + 1.0) * (1.0 / 4294967296.0);
-        double u2 = (double)(r & 0xFFFFFFFFu) * (1.0 / 4294967296.0);
-        out[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        out[i] = normal ? lz_rng_rand_normal(r) : lz_rng_rand_uniform(r);
     }
     return NULL;
 }

@@ -166,8 +166,4 @@ void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *stri
    scalar) through its broadcast strides. Returns the axis count. */
 int lz_order_strides(const lz_value *in, const lz_value *out, int64_t *shape, int64_t *st);
 
-/* The CPU backend's table (backend.c); the engine registers it
-   (engine/tensor_api.c). */
-const lz_backend *lz_backend_cpu(void);
-
 #endif

@@ -20,55 +20,20 @@
 #include <omp.h>
 #include <pthread.h>
 
-#include "backends/cpu/rng_bits.h"
-#include "backends/cpu/vec_math.h"
+#include "base/rng.h"
 
-/* log(u) for u in [2^-24, 1] (normal floats), FreeBSD's logf reduction
-   and polynomial: about 1 ulp. */
-static inline float vlog_f32(float u)
-{
-    uint32_t ix = f32_bits(u) + (0x3f800000u - 0x3f3504f3u);
-    float k = (float)((int32_t)(ix >> 23) - 0x7f);
-    float f = f32_from_bits((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f;  /* m - 1, m in [sqrt(.5), sqrt(2)) */
-    float s = f / (2.0f + f), z = s * s, w = z * z;
-    float r = z * (0.66666662693f + w * 0.28498786688f) + w * (0.40000972152f + w * 0.24279078841f);
-    float hfsq = 0.5f * f * f;
-    return s * (hfsq + r) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
-}
-
-/* cos(2 pi u) for u in [0, 1): reduced to x = 2 pi b with b in [0, 1/4]
-   exactly (u - 1/2 and 1/2 - a are exact), then Taylor to x^12, whose
-   error on [0, pi/2] is below 1e-8. */
-static inline float vcos2pi_f32(float u)
-{
-    float a = fabsf(u - 0.5f);              /* cos(2 pi u) = -cos(2 pi a) */
-    int flip = a > 0.25f;
-    float x = 6.28318530718f * select_f32(flip, 0.5f - a, a);
-    float z = x * x;
-    float c = 1.0f + z * (-0.5f + z * (4.16666667e-2f + z * (-1.38888889e-3f +
-              z * (2.48015873e-5f + z * (-2.75573192e-7f + z * 2.08767570e-9f)))));
-    return select_f32(flip, c, -c);
-}
-
+/* The draws themselves are base/rng.h's, which the CUDA backend's kernels
+   compile too: the same bits on both devices. */
 static void fill_range(float *dst, int64_t i0, int64_t i1, uint64_t key, int dist, float a, float b)
 {
-    const float unit = 1.0f / 16777216.0f;
     if (dist == 0) {
         const float span = b - a;
-        for (int64_t i = i0; i < i1; i++) {
-            uint64_t r = lz_rng_bits(key, 0, i);
-            dst[i] = a + span * ((float)(int32_t)(r >> 40) * unit);
-        }
+        for (int64_t i = i0; i < i1; i++) dst[i] = lz_rng_fill_uniform(lz_rng_bits(key, 0, i), a, span);
         return;
     }
-    for (int64_t i = i0; i < i1; i++) {
-        uint64_t r = lz_rng_bits(key, 0, i);
-        float u1 = (float)((int32_t)(r >> 40) + 1) * unit;               /* (0, 1] */
-        float u2 = (float)(int32_t)((r >> 16) & 0xFFFFFFu) * unit;       /* [0, 1) */
-        /* the file is built with -fno-math-errno (CMakeLists.txt): with
-           errno, sqrtf keeps a branch and the loop scalar */
-        dst[i] = a + b * (sqrtf(-2.0f * vlog_f32(u1)) * vcos2pi_f32(u2));
-    }
+    /* the file is built with -fno-math-errno (CMakeLists.txt): with
+       errno, sqrtf keeps a branch and the loop scalar */
+    for (int64_t i = i0; i < i1; i++) dst[i] = lz_rng_fill_normal(lz_rng_bits(key, 0, i), a, b);
 }
 
 /* elements below which one thread draws: a thread's start costs about what

@@ -1,4 +1,4 @@
-/* Host memory filled from the counter-based generator (rng_bits.h), in
+/* Host memory filled from the counter-based generator (base/rng.h), in
  * parallel and vectorised: the parameter initialisers' draws. Internal to
  * the library; lz_from_random (include/lazyc.h) is the public call. */
 #ifndef LZ_CPU_RANDOM_FILL_H
