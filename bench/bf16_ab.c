@@ -4,8 +4,10 @@
  * then timed steps alternating f32, bf16, bf16, f32, ... so that a loaded
  * stretch of a shared machine hits both alike. Prints per model the median
  * step of each, the speedup, and the memory each instance holds after its
- * warm-up plus the most a timed step added (lz_metrics' peak), and the
- * geometric mean of the speedups.
+ * warm-up plus the most a timed step added (lz_metrics' peak), then the
+ * median CPU time of the process a step and its speedup (steadier than the
+ * wall clock where other jobs share the cores; with OMP_WAIT_POLICY=passive
+ * no worker spins, so it counts the work alone), and the geometric means.
  *
  *   bf16_ab [--size smoke|bench] [--steps N] [--models a,b,...]
  */
@@ -26,7 +28,7 @@ typedef struct inst {
     lz_fn *fn;
     int bf16;
     int64_t held, growth;
-    double ms[64];
+    double ms[64], cpu[64];
     int n;
 } inst;
 
@@ -82,13 +84,21 @@ static int init(inst *b, const char *name, const char *size, int bf16)
     return b->opt && b->x && b->y && b->fn && lz_wait() == 0 ? 0 : -1;
 }
 
-static int run(inst *b, double *ms, float *loss)
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int run(inst *b, double *ms, double *cpu, float *loss)
 {
     lz_tensor *in[2] = {b->x, b->y}, *out[1] = {NULL};
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = cpu_ms();
     int rc = lz_call(b->fn, in, out);
     rc |= lz_wait();
     if (ms) *ms = now_ms() - t0;
+    if (cpu) *cpu = cpu_ms() - c0;
     if (rc == 0 && loss) *loss = lz_item(out[0]);
     lz_free(out[0]);
     return rc;
@@ -120,10 +130,11 @@ int main(int argc, char **argv)
         for (char *t = strtok(list, ","); t && n < 64; t = strtok(NULL, ",")) names[n++] = t;
     else
         for (const char *const *m = lz_model_names(); *m && n < 64; m++) names[n++] = *m;
-    double logsum = 0;
+    double logsum = 0, logsum_cpu = 0;
     int counted = 0;
-    printf("%-26s %10s %10s %8s %10s %10s %9s %9s\n", "model", "f32 ms", "bf16 ms", "speedup",
-           "f32 MiB", "bf16 MiB", "f32 loss", "bf16 loss");
+    printf("%-26s %10s %10s %8s %10s %10s %9s %9s %10s %10s %8s\n", "model", "f32 ms", "bf16 ms",
+           "speedup", "f32 MiB", "bf16 MiB", "f32 loss", "bf16 loss", "f32 cpu", "bf16 cpu",
+           "cpu x");
     for (int k = 0; k < n; k++) {
         inst v[2];
         int64_t base = bytes_now();
@@ -132,7 +143,7 @@ int main(int argc, char **argv)
         for (int d = 0; d < 2 && !bad; d++) {
             int64_t before = bytes_now();
             bad = init(&v[d], names[k], size, d);
-            for (int w = 0; w < 2 && !bad; w++) bad = run(&v[d], NULL, NULL);
+            for (int w = 0; w < 2 && !bad; w++) bad = run(&v[d], NULL, NULL, NULL);
             v[d].held = bytes_now() - before;
         }
         (void)base;
@@ -140,7 +151,7 @@ int main(int argc, char **argv)
             for (int j = 0; j < 2 && !bad; j++) {
                 int d = (s % 2) ? 1 - j : j;   /* f32 bf16 bf16 f32 ... */
                 int64_t before = bytes_now();
-                bad = run(&v[d], &v[d].ms[v[d].n], &loss[d]);
+                bad = run(&v[d], &v[d].ms[v[d].n], &v[d].cpu[v[d].n], &loss[d]);
                 v[d].n++;
                 int64_t g = lz_metrics_get().peak_bytes - before;
                 if (g > v[d].growth) v[d].growth = g;
@@ -150,10 +161,13 @@ int main(int argc, char **argv)
             lz_clear_error();
         } else {
             double m32 = median(v[0].ms, v[0].n), m16 = median(v[1].ms, v[1].n);
-            printf("%-26s %10.1f %10.1f %7.2fx %10.1f %10.1f %9.4f %9.4f\n", names[k], m32, m16,
-                   m32 / m16, (double)(v[0].held + v[0].growth) / 1048576.0,
-                   (double)(v[1].held + v[1].growth) / 1048576.0, (double)loss[0], (double)loss[1]);
+            double c32 = median(v[0].cpu, v[0].n), c16 = median(v[1].cpu, v[1].n);
+            printf("%-26s %10.1f %10.1f %7.2fx %10.1f %10.1f %9.4f %9.4f %10.1f %10.1f %7.2fx\n",
+                   names[k], m32, m16, m32 / m16, (double)(v[0].held + v[0].growth) / 1048576.0,
+                   (double)(v[1].held + v[1].growth) / 1048576.0, (double)loss[0], (double)loss[1],
+                   c32, c16, c32 / c16);
             logsum += log(m32 / m16);
+            logsum_cpu += log(c32 / c16);
             counted++;
         }
         fflush(stdout);
@@ -161,7 +175,9 @@ int main(int argc, char **argv)
         done(&v[1]);
         lz_wait();
     }
-    if (counted) printf("geometric mean speedup over %d models: %.2fx\n", counted, exp(logsum / counted));
+    if (counted)
+        printf("geometric mean speedup over %d models: %.2fx (CPU time: %.2fx)\n", counted,
+               exp(logsum / counted), exp(logsum_cpu / counted));
     free(list);
     return 0;
 }

@@ -176,8 +176,8 @@ LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 /* Opens an autocast region (PyTorch's torch.autocast("cpu", bfloat16)):
    until the matching lz_autocast_end, lz_matmul, lz_linear, lz_conv2d and
    lz_attention's products (forward and backward) cast their f32 operands
-   to bf16 and accumulate and return f32 (but a convolution the backend
-   runs faster in f32, docs/api.md says which, stays f32); every other op (norms, softmax,
+   to bf16 and accumulate and return f32 (but a product the backend runs
+   faster in f32 stays f32: LZ_AUTOCAST_PRODUCTS, docs/api.md); every other op (norms, softmax,
    losses, reductions, optimizers) stays f32, as do parameters and
    gradients. A parameter is cast once per region, however often it is
    used. dtype LZ_BF16, or LZ_F32 for a nested region without autocast.
@@ -187,6 +187,21 @@ LZ_API lz_tensor *lz_cast(lz_tensor *x, lz_dtype dtype);
 LZ_API int lz_autocast_begin(lz_dtype dtype);
 /* Closes the innermost autocast region (the outermost drops its casts). */
 LZ_API int lz_autocast_end(void);
+/* What autocast does with products on this CPU (`lazyc env` prints it):
+   the two peaks its rule compares (measured once per machine, then read
+   from the cache file), how oneDNN runs bf16 here, and the product shapes
+   measured on this machine so far. */
+typedef struct lz_autocast_probe {
+    double f32_gflops, bf16_gflops;   /* sgemm and bf16 matmul, 2048^3; 0: none */
+    int native_bf16, amx;             /* AVX512_BF16 (as oneDNN sees it), AMX tiles */
+    const char *mode;                 /* LZ_AUTOCAST_PRODUCTS: measure, rule, bf16 or f32 */
+    int rule_keeps_f32;               /* the rule keeps every product float32 here */
+    double rule_min_ratio;            /* ... when bf16's peak is below this times float32's */
+    double bf16_max_ratio;            /* measured: bf16 where its time is at most this times float32's */
+    int measured, measured_f32;       /* product shapes in the file, those kept float32 */
+    char file[4096];                  /* the file ("" when none) */
+} lz_autocast_probe;
+LZ_API int lz_autocast_probe_cpu(lz_autocast_probe *out);
 
 /* ---- reductions ------------------------------------------------------ */
 

@@ -5,6 +5,7 @@
  * a cast made under no_grad is not reused where a gradient must flow; and a
  * captured step that leaves a region (or a no-grad section) open fails and
  * leaves the caller's modes as they were. */
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -194,6 +195,9 @@ static void step_leaves_modes_as_found(void)
 
 int main(void)
 {
+    /* the bf16 machinery itself: every product bf16, whatever this CPU runs
+       faster (which products autocast keeps float32: test_product_choice) */
+    setenv("LZ_AUTOCAST_PRODUCTS", "bf16", 1);
     assignments_recast();
     no_grad_cast_not_reused();
     step_leaves_modes_as_found();

@@ -239,6 +239,9 @@ static void copies_follow_autocast(void)
 
 int main(void)
 {
+    /* the bf16 machinery itself: every product bf16, whatever this CPU runs
+       faster (which products autocast keeps float32: test_product_choice) */
+    setenv("LZ_AUTOCAST_PRODUCTS", "bf16", 1);
     /* the counts are those of the default pipeline (values hold in every
        mode: with LZ_EAGER=1, LZ_FUSION=0 or LZ_CAPTURE_CHECK=1 the copies'
        refresh casts run as kernels of their own, or calls trace again) */

@@ -6,6 +6,7 @@
  *
  *   LZ_DIFF_PROGRAMS  how many programs (default 400)
  *   LZ_DIFF_FIRST     the first program's number (default 0) */
+#include <stdlib.h>
 #include <math.h>
 
 #include "testlib.h"
@@ -27,6 +28,9 @@ static long env_long(const char *name, long dflt)
 
 int main(void)
 {
+    /* the bf16 machinery itself: every product bf16, whatever this CPU runs
+       faster (which products autocast keeps float32: test_product_choice) */
+    setenv("LZ_AUTOCAST_PRODUCTS", "bf16", 1);
     long n = env_long("LZ_DIFF_PROGRAMS", 400), first = env_long("LZ_DIFF_FIRST", 0);
     int used[E_COUNT] = {0}, differs = 0;
     for (long s = first; s < first + n; s++) {

@@ -14,7 +14,9 @@
 #    cases. In train mode over a batch of 2 they are not measurable,
 #    PyTorch's own autocast gradients included (docs/benchmark.md,
 #    autocast).
-# Skipped without PyTorch except under CI=true.
+# Every product runs bf16 (LZ_AUTOCAST_PRODUCTS=bf16), the most rounding
+# autocast does on any CPU: a product it keeps float32 elsewhere only moves
+# the results toward float64. Skipped without PyTorch except under CI=true.
 #
 #   test_autocast_parity.sh BUILD_DIR [MODEL,MODEL,...] [OPTIONS of autocast_parity.py]
 set -u
@@ -29,5 +31,6 @@ if ! "$py" -c 'import torch, torchvision' >/dev/null 2>&1; then
     echo "SKIPPED: test_autocast_parity: PyTorch/torchvision are not importable by $py"
     exit 77
 fi
+export LZ_AUTOCAST_PRODUCTS="${LZ_AUTOCAST_PRODUCTS:-bf16}"
 exec "$py" "$here/reference/autocast_parity.py" --lazyc "$build/lazyc" \
     --models "${2:-BERT_pytorch,timm_vision_transformer,alexnet,vgg16}" "${@:3}"

@@ -43,6 +43,9 @@ assert lazyc.lib.lz_version().decode() == lazyc.__version__, (lazyc.lib.lz_versi
 print("installed lazyc", lazyc.__version__, "metrics:", sorted(lzt.metrics())[:3], "...")
 ') || { echo "FAIL: the installed package"; exit 1; }
 
+# test_autocast_bf16 checks that autocast's products run bf16: whatever this
+# CPU runs faster (LZ_AUTOCAST_PRODUCTS, docs/env.md), they all do here
+export LZ_AUTOCAST_PRODUCTS="${LZ_AUTOCAST_PRODUCTS:-bf16}"
 # the checkout's package (python/tests/parity.py puts python/ first); the
 # installed copy's entry point names the backend
 cd "$repo/python/tests" && LAZYC_LIB="$lib" PYTHONPATH="$tmp/site" OMP_NUM_THREADS=2 "$py" test_bridge.py "$@"

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # `lazyc env` lists the settings table: every variable, the value set in the
 # environment (marked *), exit 1 naming a variable set to a value it does
-# not accept. And no code outside the table reads an LZ_* variable itself.
+# not accept; then this CPU's product peaks and what autocast does with
+# products here. And no code outside the table reads an LZ_* variable itself.
 # usage: test_env_cli.sh LAZYC SOURCE_DIR
 set -uo pipefail
 lazyc=$1 src=$2
 fail() { echo "FAIL: $*"; exit 1; }
+# the peaks are measured once, into a cache of this test's own
+XDG_CACHE_HOME=$(mktemp -d /tmp/lz_env_cli_XXXXXX) || fail "mktemp"
+export XDG_CACHE_HOME
+trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 
 out=$("$lazyc" env) || fail "lazyc env exited $?"
 n=$(grep -c '^LZ_' <<<"$out")
@@ -30,7 +35,18 @@ LZ_FAULT_KERNEL 5
 LZ_TORCH_PYTHON /opt/py
 LZ_BENCH_TORCH_SCRIPT /opt/ref.py
 LZ_TORCH_OMP_WAIT_POLICY active
+LZ_AUTOCAST_PRODUCTS rule
 LIST
+
+# the CPU's peaks and autocast's products
+out=$("$lazyc" env) || fail "lazyc env exited $?"
+grep -qE '^product peaks \(2048\^3, best of 4\): float32 sgemm [0-9.]+ GFLOP/s, bf16 matmul ' <<<"$out" ||
+  fail "no peaks: $out"
+grep -q '^autocast (LZ_AUTOCAST_PRODUCTS=measure): ' <<<"$out" || fail "no autocast line: $out"
+grep -q "^product shapes measured on this machine: 0, 0 of them kept float32 ($XDG_CACHE_HOME/lazyc/product-choices-" <<<"$out" ||
+  fail "no measured shapes line: $out"
+out=$(LZ_AUTOCAST_PRODUCTS=f32 "$lazyc" env) || fail "lazyc env exited $?"
+grep -q '^autocast (LZ_AUTOCAST_PRODUCTS=f32): every product float32' <<<"$out" || fail "f32: $out"
 
 # refused values: exit 1, a message naming the variable, the default shown
 err=$(LZ_POOL_MIB=lots "$lazyc" env 2>&1 >/dev/null); rc=$?

@@ -372,6 +372,9 @@ static void check_cnn_step_bf16(void)
 
 int main(void)
 {
+    /* the bf16 machinery itself: every product bf16, whatever this CPU runs
+       faster (which products autocast keeps float32: test_product_choice) */
+    setenv("LZ_AUTOCAST_PRODUCTS", "bf16", 1);
     check_pass_rules();
     check_cnn_step();
     check_cnn_step_bf16();

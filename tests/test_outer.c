@@ -103,6 +103,9 @@ static void through_api(void)
 
 int main(void)
 {
+    /* the bf16 machinery itself: every product bf16, whatever this CPU runs
+       faster (which products autocast keeps float32: test_product_choice) */
+    setenv("LZ_AUTOCAST_PRODUCTS", "bf16", 1);
     /* the products it takes */
     const int avx512 = __builtin_cpu_supports("avx512f") != 0;
     CHECK_EQ_I(lz_cpu_outer_fits(4096, 9216, 8, 0), avx512);

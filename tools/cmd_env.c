@@ -1,6 +1,8 @@
 /* lazyc env: the table of LZ_* environment variables, with the value each
- * takes in this environment. Exit 1 when one is set to a value it does
- * not accept, so a script can check its settings before a long run. */
+ * takes in this environment, then this CPU's float32 and bf16 product
+ * peaks and what autocast does with products here. Exit 1 when a variable
+ * is set to a value it does not accept, so a script can check its
+ * settings before a long run. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +18,48 @@ static void accepted(const lz_setting_info *s, char *buf, size_t cap)
     else snprintf(buf, cap, "text");
 }
 
+/* The peaks (measured once per machine, then read from the file) and
+   what autocast's products do with them. */
+static void print_cpu(void)
+{
+    lz_autocast_probe p;
+    if (lz_autocast_probe_cpu(&p) != 0) {
+        printf("\nautocast on this CPU: %s\n", lz_last_error());
+        return;
+    }
+    printf("\nthis CPU, as oneDNN sees it (DNNL_MAX_CPU_ISA caps it): %s\n",
+           !p.native_bf16 ? "no AVX512_BF16" : p.amx ? "AVX512_BF16 and AMX tiles" : "AVX512_BF16, no AMX");
+    if (p.f32_gflops > 0 && p.bf16_gflops > 0)
+        printf("product peaks (2048^3, best of 4): float32 sgemm %.1f GFLOP/s, bf16 matmul %.1f "
+               "GFLOP/s (%.2fx)\n", p.f32_gflops, p.bf16_gflops, p.bf16_gflops / p.f32_gflops);
+    else
+        printf("product peaks (2048^3, best of 4): float32 sgemm %.1f GFLOP/s, bf16 matmul: none "
+               "(oneDNN has only its reference loops here)\n", p.f32_gflops);
+    char rule[256];
+    if (!p.native_bf16)
+        snprintf(rule, sizeof rule, "every product float32 (no AVX512_BF16: widened operands cost more)");
+    else if (p.rule_keeps_f32)
+        snprintf(rule, sizeof rule, "every product float32 (bf16's peak below %.1fx float32's)",
+                 p.rule_min_ratio);
+    else
+        snprintf(rule, sizeof rule, "matmuls bf16, convolutions bf16 but where float32 Winograd or "
+                 "plain layouts run them faster (bf16's peak at least %.1fx float32's)",
+                 p.rule_min_ratio);
+    if (!p.native_bf16 && strcmp(p.mode, "bf16"))
+        printf("autocast (LZ_AUTOCAST_PRODUCTS=%s): %s\n", p.mode, rule);
+    else if (!strcmp(p.mode, "measure"))
+        printf("autocast (LZ_AUTOCAST_PRODUCTS=measure): each product shape in bf16 where it "
+               "measured at most %.2fx float32's time, timed once per machine; until timed, the "
+               "rule: %s\n", p.bf16_max_ratio, rule);
+    else if (!strcmp(p.mode, "rule"))
+        printf("autocast (LZ_AUTOCAST_PRODUCTS=rule): %s\n", rule);
+    else
+        printf("autocast (LZ_AUTOCAST_PRODUCTS=%s): every product %s\n", p.mode,
+               !strcmp(p.mode, "f32") ? "float32" : "bf16");
+    printf("product shapes measured on this machine: %d, %d of them kept float32 (%s)\n",
+           p.measured, p.measured_f32, p.file[0] ? p.file : "no file: LZ_CONV_CACHE=0 or no cache directory");
+}
+
 int lz_cmd_env(int argc, char **argv)
 {
     if (argc > 1) {
@@ -23,7 +67,9 @@ int lz_cmd_env(int argc, char **argv)
         if (f == stderr) fprintf(stderr, "lazyc env: unexpected argument '%s'\n", argv[1]);
         fprintf(f, "usage: lazyc env\n\n"
                    "Lists every LZ_* environment variable lazyc reads: its value here\n"
-                   "(\"*\" when set in the environment), default, accepted values and meaning.\n"
+                   "(\"*\" when set in the environment), default, accepted values and meaning;\n"
+                   "then this CPU's float32 and bf16 product peaks (measured once per machine)\n"
+                   "and which products autocast runs in bf16 here.\n"
                    "Exits 1 when a variable is set to a value it does not accept.\n");
         return f == stdout ? 0 : LZ_CLI_USAGE_ERROR;
     }
@@ -43,5 +89,7 @@ int lz_cmd_env(int argc, char **argv)
             bad = 1;
         }
     }
+    fflush(stdout);
+    print_cpu();
     return bad;
 }

@@ -100,12 +100,12 @@ typedef struct lz_backend {
     /* Optional: returns memory the backend keeps for reuse to the system
        (lz_shutdown). */
     void  (*trim)(void);
-    /* Optional: 1 where the backend's float32 convolution of this shape
-       (x [N, C, H, W], weight [O, C/g, KH, KW], output [N, O, OH, OW],
-       stride, dilation, groups) is faster than its bf16 one, so autocast
-       keeps it float32 (ops/conv.c). */
-    int   (*conv_f32_faster)(const int64_t *x, const int64_t *w, const int64_t *y,
-                             const int *stride, const int *dilation, int groups);
+    /* Optional: 1 where the backend runs this product faster in float32
+       than in bf16, so autocast keeps it float32 (ops/autocast.c); op
+       (LZ_OP_MATMUL or LZ_OP_CONV2D) and its n dims as base/product.h
+       lays them out. The same answer for a shape all process long: a
+       compiled graph's dtypes rest on it. */
+    int   (*product_f32_faster)(int op, int n, const int64_t *dims);
 } lz_backend;
 
 /* ---- backends as shared objects ----

@@ -26,8 +26,9 @@
     X(BLOCKED,        CHOICE, "1",    0, 0, "0|1|nhwc", "layouts between oneDNN convolutions: 0 plain, 1 the backend's (channel blocks; channels-last for bf16 on AMX), nhwc: channels-last everywhere") \
     X(WINOGRAD,       BOOL,   "1",    0, 1, NULL, "0: no 3x3 convolution by Winograd's algorithm (direct kernels only)") \
     X(DNNL_CONV,      CHOICE, "1",    0, 0, "0|1|2|tune", "oneDNN convolutions: 0 never, 1 where they measured faster, 2 wherever oneDNN has a jit kernel, tune: time each shape once and keep the choice (see LZ_CONV_CACHE)") \
-    X(CONV_CACHE,     BOOL,   "1",    0, 1, NULL, "0: the choices LZ_DNNL_CONV=tune times are kept for the process only, not in ${XDG_CACHE_HOME:-~/.cache}/lazyc") \
-    X(DETERMINISTIC,  BOOL,   "0",    0, 1, NULL, "1: nothing is chosen by timing (LZ_DNNL_CONV=tune takes the rules, reads no cached choice): the same results on every run and machine of one ISA") \
+    X(CONV_CACHE,     BOOL,   "1",    0, 1, NULL, "0: the choices timed (LZ_DNNL_CONV=tune, autocast's products) are kept for the process only, not in ${XDG_CACHE_HOME:-~/.cache}/lazyc") \
+    X(DETERMINISTIC,  BOOL,   "0",    0, 1, NULL, "1: nothing is chosen by timing (LZ_DNNL_CONV=tune takes the rules, reads no cached choice; autocast's products follow the ISA's rule): the same results on every run and machine of one ISA") \
+    X(AUTOCAST_PRODUCTS, CHOICE, "measure", 0, 0, "measure|rule|bf16|f32", "autocast's products: measure: each shape in bf16 only where it measured faster than float32 (once per machine, kept with LZ_CONV_CACHE's choices), rule: as the two peaks predict, bf16: all, f32: none") \
     X(CACHE_CAPACITY, INT,    "512",  1, INT32_MAX, NULL, "compiled executables kept in the cache (least recently used dropped first)") \
     X(POOL_MIB,       INT,    "4096", 0, INT32_MAX, NULL, "MiB of freed device buffers kept for reuse (0: keep none)") \
     X(HUGE_PAGES,     BOOL,   "0",    0, 1, NULL, "1: device buffers of 2 MiB and more are advised for transparent huge pages (steadier steps; a slower first step where fresh memory is slow)") \

@@ -14,7 +14,8 @@ typedef struct pass_switch {
 } pass_switch;
 
 static pass_switch fusion = {LZ_SETTING_FUSION, -1, -1}, blocked = {LZ_SETTING_BLOCKED, -1, -1},
-                   winograd = {LZ_SETTING_WINOGRAD, -1, -1};
+                   winograd = {LZ_SETTING_WINOGRAD, -1, -1},
+                   products = {LZ_SETTING_AUTOCAST_PRODUCTS, -1, -1};
 
 static int switch_on(pass_switch *s)
 {
@@ -31,3 +32,5 @@ int  lz_blocked_layouts_enabled(void) { return switch_on(&blocked); }
 void lz_blocked_layouts_set(int on) { switch_set(&blocked, on); }
 int  lz_winograd_enabled(void) { return switch_on(&winograd); }
 void lz_winograd_set(int on) { switch_set(&winograd, on); }
+int  lz_autocast_products(void) { return switch_on(&products); }
+void lz_autocast_products_set(int mode) { switch_set(&products, mode); }

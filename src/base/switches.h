@@ -21,5 +21,12 @@ int  lz_fusion_enabled(void);
 void lz_fusion_set(int on);
 int  lz_winograd_enabled(void);
 void lz_winograd_set(int on);
+/* Which products autocast runs in bf16 (LZ_AUTOCAST_PRODUCTS, read once;
+   _set overrides it for tests, -1 back to the environment): measured per
+   shape, the rule of the two peaks, all, or none (then float32). The ops
+   apply the last two; the backend's product_f32_faster the others. */
+enum { LZ_PRODUCTS_MEASURE, LZ_PRODUCTS_RULE, LZ_PRODUCTS_BF16, LZ_PRODUCTS_F32 };
+int  lz_autocast_products(void);
+void lz_autocast_products_set(int mode);
 
 #endif

@@ -1,13 +1,16 @@
 /* Autocast's operand casts for the products (matmul, linear, conv2d and
  * so attention): inside a bf16 region they take bf16 operands and give
- * float32 (oneDNN accumulates in float32); every other op keeps float32,
- * as on PyTorch's CPU autocast lists. A parameter is cast once per region
+ * float32 (oneDNN accumulates in float32), unless the backend runs the
+ * product's shape faster in float32 (lz_product_choice); every other op
+ * keeps float32, as on PyTorch's CPU autocast lists. A parameter is cast once per region
  * (engine/autocast.c keeps the cast), so every use, and the backward
  * products, read the same bf16 copy; and once a parameter's optimizer
  * update has written that copy for the next step (lz_autocast_refresh),
  * the step reads it instead of casting: the same bits, without a pass over
  * the float32 parameter. */
+#include "backend/backend.h"
 #include "base/error.h"
+#include "base/switches.h"
 #include "engine/autocast.h"
 #include "ops/ops_util.h"
 
@@ -22,6 +25,20 @@ lz_dtype lz_product_dtype(const lz_tensor *a, const lz_tensor *b)
 {
     if (lz_autocast_dtype() == LZ_BF16) return LZ_BF16;
     return lz_t_dtype(a) == LZ_BF16 || (b && lz_t_dtype(b) == LZ_BF16) ? LZ_BF16 : LZ_F32;
+}
+
+/* Keeping a product float32 is always allowed (more exact): where bf16
+   is slower on this backend, autocast would only lose time. */
+lz_dtype lz_product_choice(const lz_tensor *a, const lz_tensor *b, int op, int n,
+                           const int64_t *dims)
+{
+    const lz_dtype pd = lz_product_dtype(a, b);
+    if (pd != LZ_BF16 || lz_t_dtype(a) != LZ_F32 || (b && lz_t_dtype(b) != LZ_F32)) return pd;
+    const int mode = lz_autocast_products();
+    if (mode == LZ_PRODUCTS_F32) return LZ_F32;
+    if (mode == LZ_PRODUCTS_BF16) return LZ_BF16;
+    const lz_backend *be = lz_backend_current();
+    return be && be->product_f32_faster && be->product_f32_faster(op, n, dims) ? LZ_F32 : LZ_BF16;
 }
 
 lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt)

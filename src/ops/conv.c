@@ -3,8 +3,8 @@
  * broadcast add of b viewed as [1, O, 1, 1], so its gradient is the add's
  * ordinary reduction and the compiler may fuse it with what follows. */
 #include "autograd/autograd.h"
-#include "backend/backend.h"
 #include "base/error.h"
+#include "base/product.h"
 #include "ops/ops_util.h"
 
 /* iattr layout of CONV2D and its gradients (see ir/ir.h). */
@@ -42,19 +42,25 @@ static int64_t out_extent(int64_t in, int64_t k, int s, int p, int d)
     return (in + 2 * (int64_t)p - span) / s + 1;
 }
 
-/* Autocast's dtype for the product of a valid step (output shape y): bf16,
-   unless the backend's float32 kernel for this shape is the faster one (on
-   the CPU, Winograd's algorithm on large planes: backends/cpu/k_dnnl_conv.c),
-   where float32 operands stay float32. */
+/* Autocast's dtype for the product of a valid step (output shape y):
+   bf16, unless the backend runs this shape faster in float32 (on the CPU,
+   by its rules or as measured: backends/cpu/product_choice.c). */
 static lz_dtype conv_dtype(lz_tensor *x, lz_tensor *w, const int64_t *y, const int *stride,
-                           const int *dil, int groups)
+                           const int *pad, const int *dil, int groups)
 {
-    const lz_dtype pd = lz_product_dtype(x, w);
-    const lz_backend *be = lz_backend_current();
-    if (pd != LZ_BF16 || lz_t_dtype(x) != LZ_F32 || lz_t_dtype(w) != LZ_F32 || !be ||
-        !be->conv_f32_faster)
-        return pd;
-    return be->conv_f32_faster(lz_t_shape(x), lz_t_shape(w), y, stride, dil, groups) ? LZ_F32 : pd;
+    int64_t d[LZ_CONV_DIMS];
+    for (int k = 0; k < 4; k++) {
+        d[LZ_CONV_X + k] = lz_t_shape(x)[k];
+        d[LZ_CONV_W + k] = lz_t_shape(w)[k];
+        d[LZ_CONV_Y + k] = y[k];
+    }
+    for (int k = 0; k < 2; k++) {
+        d[LZ_CONV_STRIDE + k] = stride[k];
+        d[LZ_CONV_PAD + k] = pad[k];
+        d[LZ_CONV_DIL + k] = dil[k];
+    }
+    d[LZ_CONV_GROUPS] = groups;
+    return lz_product_choice(x, w, LZ_OP_CONV2D, LZ_CONV_DIMS, d);
 }
 
 lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
@@ -103,7 +109,7 @@ lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts o)
                          lz_shape_str(sb, lz_t_ndim(b), lz_t_shape(b)), sw, (long long)O);
     int64_t shape[4] = {xs[0], O, oh, ow};
     const int stride[2] = {sh, swd}, dil[2] = {dh, dw};
-    const lz_dtype pd = conv_dtype(x, w, shape, stride, dil, groups);
+    const lz_dtype pd = conv_dtype(x, w, shape, stride, o.padding, dil, groups);
     if (lz_t_dtype(x) != pd || lz_t_dtype(w) != pd) {   /* autocast: the step on its operands' casts */
         lz_tensor *x2 = lz_product_operand(x, pd), *w2 = lz_product_operand(w, pd);
         lz_tensor *r = x2 && w2 ? lz_conv2d(x2, w2, b, o) : NULL;

@@ -5,6 +5,7 @@
 
 #include "autograd/autograd.h"
 #include "base/error.h"
+#include "base/product.h"
 #include "ops/ops_util.h"
 
 /* ---- matmul ---------------------------------------------------------------- */
@@ -102,12 +103,43 @@ static lz_tensor *matmul_nd(lz_tensor *a, lz_tensor *b)
     return t;
 }
 
+/* Product a [..., M, K] times b [..., K, N] (b [N, K] when tb; a 1-d a
+   a row, a 1-d b a column) as autocast asks the backend about it
+   (base/product.h), or 0 when the shapes make no product: then the
+   caller's checks give the error. */
+static int product_dims(const lz_tensor *a, const lz_tensor *b, int tb, int64_t *d)
+{
+    const int na = lz_t_ndim(a), nb = lz_t_ndim(b);
+    const int64_t *sa = lz_t_shape(a), *sb = lz_t_shape(b);
+    if (na < 1 || nb < 1) return 0;
+    d[LZ_MM_BA] = d[LZ_MM_BB] = 1;
+    for (int k = 0; k < na - 2; k++) d[LZ_MM_BA] *= sa[k];
+    for (int k = 0; k < nb - 2; k++) d[LZ_MM_BB] *= sb[k];
+    d[LZ_MM_M] = na == 1 ? 1 : sa[na - 2];
+    d[LZ_MM_K] = sa[na - 1];
+    d[LZ_MM_N] = nb == 1 ? 1 : tb ? sb[nb - 2] : sb[nb - 1];
+    d[LZ_MM_TB] = tb;
+    if ((nb == 1 ? sb[0] : tb ? sb[nb - 1] : sb[nb - 2]) != d[LZ_MM_K]) return 0;
+    if (d[LZ_MM_BB] == 1) {   /* b shared by the batch: one product */
+        d[LZ_MM_M] *= d[LZ_MM_BA];
+        d[LZ_MM_BA] = 1;
+    }
+    return 1;
+}
+
+static lz_dtype matmul_dtype(const lz_tensor *a, const lz_tensor *b, int tb)
+{
+    int64_t d[LZ_MM_DIMS];
+    if (!product_dims(a, b, tb, d)) return lz_product_dtype(a, b);
+    return lz_product_choice(a, b, LZ_OP_MATMUL, LZ_MM_DIMS, d);
+}
+
 lz_tensor *lz_matmul(lz_tensor *a, lz_tensor *b)
 {
     lz_tensor *in[2] = {a, b};
     if (lz_check_operands("lz_matmul", 2, in)) return NULL;
     if (!lz_require_float("lz_matmul", a) || !lz_require_float("lz_matmul", b)) return NULL;
-    const lz_dtype pd = lz_product_dtype(a, b);
+    const lz_dtype pd = matmul_dtype(a, b, 0);
     if (lz_t_dtype(a) != pd || lz_t_dtype(b) != pd) {
         lz_tensor *a2 = lz_product_operand(a, pd), *b2 = lz_product_operand(b, pd);
         lz_tensor *r = a2 && b2 ? lz_matmul(a2, b2) : NULL;
@@ -190,7 +222,7 @@ lz_tensor *lz_linear(lz_tensor *x, lz_tensor *weight, lz_tensor *bias)
     if (!lz_require_float("lz_linear", x) || !lz_require_float("lz_linear", weight) ||
         (bias && !lz_require_f32("lz_linear", bias)))
         return NULL;
-    const lz_dtype pd = lz_product_dtype(x, weight);
+    const lz_dtype pd = lz_t_ndim(weight) == 2 ? matmul_dtype(x, weight, 1) : lz_product_dtype(x, weight);
     if (lz_t_dtype(x) != pd || lz_t_dtype(weight) != pd) {
         lz_tensor *x2 = lz_product_operand(x, pd), *w2 = lz_product_operand(weight, pd);
         lz_tensor *r = x2 && w2 ? lz_linear(x2, w2, bias) : NULL;

@@ -39,6 +39,12 @@ int lz_require_float(const char *op, const lz_tensor *t);
 /* The dtype a product (matmul, linear, conv2d) computes on: bf16 inside
    a bf16 autocast region or when either operand is bf16, else f32. */
 lz_dtype lz_product_dtype(const lz_tensor *a, const lz_tensor *b);
+/* The dtype a product of float32 operands a and b takes: as
+   lz_product_dtype, except that under autocast it stays float32 where
+   LZ_AUTOCAST_PRODUCTS says so or the backend runs it faster in float32
+   (op and its n dims as base/product.h describes them). ops/autocast.c. */
+lz_dtype lz_product_choice(const lz_tensor *a, const lz_tensor *b, int op, int n,
+                           const int64_t *dims);
 /* x as an operand of dtype dt: a new handle to x when it is dt already,
    else its cast (a parameter's from the region's cache: made once, shared
    by every use; its bf16 copy when the last update made one). ops/autocast.c. */

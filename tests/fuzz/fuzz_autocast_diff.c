@@ -9,6 +9,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     setenv("LZ_CACHE_CAPACITY", "64", 0);
+    setenv("LZ_AUTOCAST_PRODUCTS", "bf16", 0);   /* the bf16 products themselves */
     return 0;
 }
 

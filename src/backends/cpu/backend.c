@@ -8,6 +8,8 @@
 #include "backend/backend.h"
 #include "backends/cpu/buffer_pool.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/product_choice.h"
+#include "backends/cpu/product_time.h"
 #include "backends/cpu/random_fill.h"
 #include "backends/cpu/scratch.h"
 #include "base/bf16.h"
@@ -178,7 +180,7 @@ static const char *injected_fault(const lz_program *p, int i)
     return NULL;
 }
 
-static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
+static const char *run_steps(lz_backend_exec *e, void *const *ptrs, void *arena)
 {
     const lz_program *p = e->prog;
     lz_metrics_add_launches(0, p->n_steps);   /* one call per kernel */
@@ -215,6 +217,15 @@ static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
     return NULL;
 }
 
+/* Never beside a product's timing (product_time.h). */
+static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
+{
+    lz_cpu_kernels_lock();
+    const char *err = run_steps(e, ptrs, arena);
+    lz_cpu_kernels_unlock();
+    return err;
+}
+
 /* lz_shutdown, with the executor stopped: no kernel holds scratch. */
 static void cpu_trim(void)
 {
@@ -232,7 +243,7 @@ const lz_backend *lz_backend_cpu(void)
         .prepare = cpu_prepare, .run = cpu_run, .ready = cpu_ready, .release = cpu_release,
         .trim = cpu_trim,
         .layout_block = lz_cpu_program_block, .operand_layouts = lz_cpu_operand_layouts,
-        .conv_f32_faster = lz_cpu_conv_f32_faster,
+        .product_f32_faster = lz_cpu_product_f32_faster,
     };
     return &cpu;
 }

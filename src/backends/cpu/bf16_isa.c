@@ -32,9 +32,9 @@ int lz_cpu_bf16_amx(void)
 static void tell(void)
 {
     if (lz_cpu_bf16_way() == LZ_BF16_WIDENED)
-        lz_notice("no AVX512_BF16 instructions (as oneDNN sees this CPU): bf16 products run in "
-                  "float32 on the bf16-rounded operands, and autocast keeps convolutions "
-                  "float32 (no speed-up; oneDNN's bf16 emulation is slower than float32)");
+        lz_notice("no AVX512_BF16 instructions (as oneDNN sees this CPU): autocast keeps its "
+                  "products float32, and bf16 operands are widened to float32 (no speed-up; "
+                  "oneDNN's bf16 emulation is slower than float32)");
 }
 
 void lz_cpu_bf16_notice(void) { pthread_once(&told, tell); }

@@ -1,17 +1,9 @@
 /* The convolution choices LZ_DNNL_CONV=tune made by timing (k_dnnl_conv.c),
- * kept for the process and, unless LZ_CONV_CACHE=0, in a file that later
- * processes read at compile instead of timing again:
- * ${XDG_CACHE_HOME:-$HOME/.cache}/lazyc/conv-choices-<hash>.txt, one file
- * per machine identity (the CPU's model string, the instruction set oneDNN
- * actually uses, so DNNL_MAX_CPU_ISA=AVX2 has its own, oneDNN's version and
- * lazyc's), which the file's second line spells out. A key is a step's
- * pass (forward, grad input, grad weight), its operands' shapes, stride,
- * padding, dilation, groups and layouts, and whether Winograd is on (it
- * changes what oneDNN runs); the value, the way that measured
- * fastest. The file is replaced durably (base/durable.h) after each new
- * choice; a file that does not parse, or was written for another
- * identity, is ignored with one notice on stderr (its shapes are timed
- * again and the file rewritten), never an error. */
+ * kept for the process and in a file (choices_file.h:
+ * conv-choices-<hash>.txt). A key is a step's pass (forward, grad input,
+ * grad weight), its operands' shapes, stride, padding, dilation, groups
+ * and layouts, and whether Winograd is on (it changes what oneDNN runs);
+ * the value, the way that measured fastest. */
 #ifndef LZ_CONV_CHOICES_H
 #define LZ_CONV_CHOICES_H
 

@@ -116,7 +116,8 @@ int lz_cpu_conv_is_bf16(const lz_program *p, const lz_instr *s);
 int  lz_cpu_layout_block(void);
 int  lz_cpu_program_block(const lz_program *p);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
-/* lz_backend.conv_f32_faster (k_dnnl_conv.c). */
+/* Whether autocast's rule keeps a convolution of this shape float32
+   (k_dnnl_conv.c; product_choice.c asks it). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups);
 /* Makes oneDNN's sgemm kernels now (k_linalg.c): once a process, a product
