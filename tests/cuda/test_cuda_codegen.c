@@ -390,7 +390,7 @@ int main(int argc, char **argv)
     planning.prepare = planning_prepare;
     planning.layout_block = NULL;      /* the CUDA backend's layouts: plain */
     planning.operand_layouts = NULL;
-    planning.conv_f32_faster = NULL;   /* its autocast: every convolution in bf16 */
+    planning.product_f32_faster = NULL;   /* its autocast: every product in bf16 */
     lz_backend_register(&planning);
 
     golden("cuda/golden_ew.cu", write_golden);

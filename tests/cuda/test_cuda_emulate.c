@@ -417,7 +417,7 @@ int main(int argc, char **argv)
     emulating.release = emulating_release;
     emulating.layout_block = NULL;     /* the CUDA backend's layouts: plain */
     emulating.operand_layouts = NULL;
-    emulating.conv_f32_faster = NULL;
+    emulating.product_f32_faster = NULL;
     lz_backend_register(&emulating);
     single_ops();
     const char *const *names = lz_model_names();
