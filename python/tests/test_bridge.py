@@ -164,6 +164,10 @@ OP_CASES = [
     ("factories", lambda a: a + torch.arange(5, dtype=torch.float32) + torch.zeros_like(a) + torch.ones(5),
      (r(3, 5),)),
     ("int add", lambda a, n: a * 2 + (n + 1).float(), (r(3), torch.tensor(4))),
+    ("vector norms", lambda a: torch.linalg.vector_norm(a, dim=1) + torch.linalg.vector_norm(a, ord=1, dim=1)
+     + torch.linalg.vector_norm(a, ord=float("inf"), dim=1, keepdim=True).sum(1) + torch.linalg.vector_norm(a),
+     (r(3, 5),)),
+    ("normalize", lambda a: F.normalize(a, dim=-1), (r(3, 5),)),
 ]
 
 
@@ -302,6 +306,21 @@ def test_mlp_optimizers():
     for opt in ("sgd", "sgd_nesterov_wd", "sgd_dampening", "adamw", "adam"):
         torch.manual_seed(1)
         assert_parity("mlp", mlp(), x, y, opt, steps=4)
+
+
+class _Normalized(nn.Module):
+    def forward(self, x):
+        return F.normalize(x, dim=-1)
+
+
+def test_normalize_zero_vector():
+    """F.normalize of a zero row (a zero input through a bias-free layer):
+    torch's norm has gradient 0 there; sqrt's own would make it NaN."""
+    torch.manual_seed(3)
+    x = r(6, 6)
+    x[2] = 0
+    m = nn.Sequential(nn.Linear(6, 4, bias=False), _Normalized(), nn.Linear(4, 3))
+    assert_parity("normalize-zero-row", m, x, torch.randint(0, 3, (6,)), "sgd", steps=3)
 
 
 def test_mse_loss():

@@ -621,6 +621,33 @@ _register(aten.mean.default, lambda cx, node, x, dtype=None:
           _reduced(cx, node, cx.op("lz_mean", _reduce_input(cx, node, x))))
 
 
+
+@lowers(aten.linalg_vector_norm.default, args=ALL)
+def _vector_norm(cx, node, x, ord=2, dims=None, keepdim=False, dtype=None):
+    """F.normalize's and swin v2's cosine attention's norm. ord 2 as
+    where(s > 0, sqrt(where(s > 0, s, 1)), 0) of s = sum(x^2): torch's
+    value, and its gradient at a zero vector (0, where sqrt's would be
+    NaN); ord 1 and inf through abs."""
+    if not node.meta["val"].dtype.is_floating_point or (dtype is not None and dtype != torch.float32):
+        raise Unsupported("linalg_vector_norm other than float32")
+    nd = lib.lz_ndim(x)
+    dims = sorted(d % nd for d in dims) if dims else list(range(nd))
+
+    def reduce(fn, y):
+        if fn == "lz_sum_axes" and not keepdim and len(dims) == nd:
+            return cx.op("lz_sum", y)
+        return cx.op(fn, y, len(dims), int_arg(dims), 1 if keepdim else 0)
+    if ord in (1, float("inf")):
+        a = cx.op("lz_maximum", x, cx.op("lz_neg", x))
+        return reduce("lz_sum_axes" if ord == 1 else "lz_max_axes", a)
+    if ord != 2:
+        raise Unsupported("linalg_vector_norm with ord=%r (1, 2 and inf are lowered)" % (ord,))
+    sq = reduce("lz_sum_axes", cx.op("lz_mul", x, x))
+    pos = cx.op("lz_gt", sq, cx.consts.scalar(0.0))
+    safe = cx.op("lz_where", pos, sq, cx.consts.scalar(1.0))
+    return cx.op("lz_where", pos, cx.op("lz_sqrt", safe), cx.consts.scalar(0.0))
+
+
 # ---- linear algebra ---------------------------------------------------------
 
 def _transposed_weight(cx, arg_node):
