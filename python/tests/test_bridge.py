@@ -323,6 +323,24 @@ def test_normalize_zero_vector():
     assert_parity("normalize-zero-row", m, x, torch.randint(0, 3, (6,)), "sgd", steps=3)
 
 
+class _ZeroedBias(nn.Module):
+    """torchvision swin v2's qkv bias: a clone with its middle third
+    zeroed in place (aten::zero once functionalised)."""
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(4, 6)
+
+    def forward(self, x):
+        b = self.qkv.bias.clone()
+        b[2:4].zero_()
+        return F.linear(x, self.qkv.weight, b)
+
+
+def test_zero_into_slice():
+    torch.manual_seed(4)
+    assert_parity("zero_-into-slice", _ZeroedBias(), r(5, 4), torch.randint(0, 6, (5,)), "sgd", steps=3)
+
+
 def test_mse_loss():
     torch.manual_seed(2)
     assert_parity("mlp-mse", nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)),

@@ -952,12 +952,14 @@ def _fill_value(node):
         return node.args[2]
     if t == aten.fill.Scalar:
         return node.args[1]
+    if t == aten.zero.default:   # x.zero_(), functionalised
+        return 0
     return None
 
 
 @lowers(aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
         aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default,
-        aten.new_empty_strided.default, aten.fill.Scalar, args=ALL, check=_cpu_only)
+        aten.new_empty_strided.default, aten.fill.Scalar, aten.zero.default, args=ALL, check=_cpu_only)
 def _filled(cx, node, *args, **kwargs):
     # a tensor of one value (empty ones read as 0: nothing may read them
     # before writing): torch makes it once, lazyc binds it as data
