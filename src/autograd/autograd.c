@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/thread.h"
-#include "engine/capture.h"
+#include "engine/capture_hooks.h"
 
 static int no_grad_depth;
 

@@ -73,7 +73,7 @@ void lz_ag_mark_replayed(lz_tensor *t);
 int  lz_ag_dead_error(const lz_ag *ag);
 int  lz_grad_enabled(void);
 /* Open lz_no_grad_begin sections, and setting their count back (a
-   captured step must close what it opens: engine/capture.c). */
+   captured step must close what it opens: engine/capture_trace.c). */
 int  lz_no_grad_depth(void);
 void lz_no_grad_restore(int depth);
 /* Closes any open no-grad section (lz_shutdown). */
