@@ -263,13 +263,8 @@ static int alloc_capture(trace *tr, const lz_graph *g, int n_returned, int n_liv
     return 0;
 }
 
-/* Binds everything a replay of g needs. 0; 1 when the function frees a
-   tensor alive across calls after reading it (it cannot be replayed: the
-   caller falls back to tracing every call); -1 on out of memory (what is
-   bound so far is the capture's: lz_capture_clear releases it). */
-int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, lz_tensor *const *in,
-                    lz_tensor **out, const char *kept, const snapshot *s, lz_tensor **live, int n_live,
-                    lz_tensor **freed)
+/* The key's leaves (lz_capture_record_leaves), given the buffers g reads. */
+static int key_leaves(trace *tr, const lz_graph *g, const snapshot *s)
 {
     lz_buffer **bufs = lz_host_malloc(sizeof *bufs * (size_t)(g->n_inputs + 1));
     if (!bufs) return lz_errorf_int("lz_call: out of memory binding a capture of %d inputs", g->n_inputs);
@@ -278,6 +273,14 @@ int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, 
     free(bufs);
     if (rc) return -1;
     tr->leaf_epoch = lz_capture_leaf_epoch();
+    return 0;
+}
+
+/* The capture's tables, and where each input slot of g reads from (*freed
+   as bind_leaf sets it). */
+static int bind_slots(const lz_fn *f, trace *tr, const lz_graph *g, lz_tensor *const *in, const snapshot *s,
+                      int n_live, lz_tensor **freed)
+{
     /* a slot read by a tensor the function updated binds to that tensor
        (its state), found through the cut's slot of each buffer */
     lz_tensor **prefer = lz_host_calloc((size_t)g->n_inputs + 1, sizeof *prefer);
@@ -295,7 +298,11 @@ int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, 
     for (int i = 0; i < g->n_inputs; i++)
         tr->slots[i] = bind_leaf(tr, f, in, s, prefer[i], g->inputs[i]->buf, freed);
     free(prefer);
-    if (*freed) return 1;
+    return 0;
+}
+
+static void describe_outputs(trace *tr, const lz_graph *g)
+{
     for (int o = 0; o < g->n_outputs; o++) {
         const lz_node *n = g->outputs[o];
         out_desc *d = &tr->outputs[o];
@@ -305,6 +312,13 @@ int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, 
         d->nbytes = (size_t)lz_node_numel(n) * lz_dtype_size((lz_dtype)n->dtype);
         tr->keep[o] = -1;
     }
+}
+
+/* What each tensor the function returned is on a replay: a value of the
+   graph, an input or a tensor it was given, or a handle on a buffer. */
+static void bind_returned(const lz_fn *f, trace *tr, const lz_graph *g, lz_tensor *const *in, lz_tensor **out,
+                          const char *kept, const snapshot *s)
+{
     for (int j = 0; j < f->n_out; j++) {
         /* an lz_retain handle the step made on a tensor alive before it: a
            replay returns a new handle on that tensor, live, as the step does */
@@ -330,6 +344,13 @@ int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, 
             memcpy(r->desc.shape, t->node->shape, sizeof r->desc.shape);
         }
     }
+}
+
+/* Where the new value of each tensor the trace left pending (live) goes on
+   a replay, and whether it may be written over the old one. */
+static void bind_state(const lz_fn *f, trace *tr, const lz_graph *g, const lz_executable *exe,
+                       lz_tensor *const *in, const snapshot *s, lz_tensor **live, int n_live)
+{
     tr->n_state = 0;
     for (int i = 0; i < n_live; i++) {
         lz_tensor *t = live[i];
@@ -357,6 +378,21 @@ int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, 
         st->donates = st->slot >= 0 && tr->keep[st->slot] >= 0 &&
                       lz_program_may_overwrite(&exe->prog, st->slot, tr->keep[st->slot]);
     }
+}
+
+/* Binds everything a replay of g needs. 0; 1 when the function frees a
+   tensor alive across calls after reading it (it cannot be replayed: the
+   caller falls back to tracing every call); -1 on out of memory (what is
+   bound so far is the capture's: lz_capture_clear releases it). */
+int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, lz_tensor *const *in,
+                    lz_tensor **out, const char *kept, const snapshot *s, lz_tensor **live, int n_live,
+                    lz_tensor **freed)
+{
+    if (key_leaves(tr, g, s) || bind_slots(f, tr, g, in, s, n_live, freed)) return -1;
+    if (*freed) return 1;
+    describe_outputs(tr, g);
+    bind_returned(f, tr, g, in, out, kept, s);
+    bind_state(f, tr, g, exe, in, s, live, n_live);
     if (record_aliases(tr, s, in, f->n_in)) return -1;
     collect_live_checks(tr);
     return 0;

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/settings.h"
+#include "engine/step.h"
 
 /* LZ_CAPTURE_CHECK=N: trace every N-th call again and compare (0: off). */
 int64_t lz_capture_check_every(void)
@@ -25,7 +26,7 @@ int64_t lz_capture_check_every(void)
 /* The first difference between the capture tr holds and the graph g just
    traced for the same call (LZ_CAPTURE_CHECK): 0 if none, else -1 with
    the error set. */
-int lz_capture_compare(const trace *tr, const lz_graph *g)
+static int compare_capture(const trace *tr, const lz_graph *g)
 {
     char what[512];
     if (lz_graph_sig_diff(tr->exe->sig, tr->exe->sig_len, g->sig, g->sig_len, what, sizeof what))
@@ -79,7 +80,7 @@ int lz_capture_compare(const trace *tr, const lz_graph *g)
 
 /* What a slot reads, as an identity: the tensor, the input index or the
    leaf whose gradient, or the constant buffer. */
-const void *lz_capture_binding_source(const trace *tr, const binding *b)
+static const void *binding_source(const trace *tr, const binding *b)
 {
     switch (b->kind) {
     case SRC_INPUT: return (const void *)(uintptr_t)(1 + b->index);   /* not a heap address */
@@ -87,4 +88,44 @@ const void *lz_capture_binding_source(const trace *tr, const binding *b)
     case SRC_GRAD: return tr->leaves[b->index].t;
     default: return NULL;
     }
+}
+
+const void **lz_capture_check_before(const trace *tr, const lz_graph *g, lz_executable *exe)
+{
+    const void **was = NULL;
+    int n_was = tr->n_slots;
+    if (compare_capture(tr, g) == 0 && !(was = lz_host_malloc(sizeof *was * (size_t)(n_was + 1))))
+        lz_errorf("lz_call: LZ_CAPTURE_CHECK: out of memory comparing the capture's %d inputs", n_was);
+    if (!was) {
+        /* the call fails; the capture stays as it was */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", lz_last_error());
+        lz_execute_graph(g, NULL);
+        lz_errorf("%s", msg);
+        lz_executable_unref(exe);
+        return NULL;
+    }
+    for (int i = 0; i < n_was; i++) was[i] = binding_source(tr, &tr->slots[i]);
+    return was;
+}
+
+int lz_capture_check_after(const trace *tr, const lz_graph *g, const void *const *was, int n_was)
+{
+    int rebound = -1;
+    for (int i = 0; i < n_was && i < tr->n_slots && rebound < 0; i++)
+        if (was[i] != binding_source(tr, &tr->slots[i])) rebound = i;
+    if (rebound < 0) return 0;
+    /* the capture is bound anew (later replays read what the function
+       reads now); this call fails and its state keeps its values */
+    char shape[96];
+    const lz_node *n = g->inputs[rebound];
+    lz_errorf("lz_call: LZ_CAPTURE_CHECK: input %d of the captured graph (%s %s) is read from a "
+              "different tensor than when the step function was captured (it reaches another "
+              "tensor through its context now)", rebound, lz_shape_str(shape, n->ndim, n->shape),
+              lz_dtype_name((lz_dtype)n->dtype));
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", lz_last_error());
+    lz_execute_graph(g, NULL);
+    lz_errorf("%s", msg);
+    return -1;
 }

@@ -206,9 +206,16 @@ int lz_capture_bind(lz_fn *f, trace *tr, const lz_graph *g, lz_executable *exe, 
                     lz_tensor **out, const char *kept, const snapshot *s, lz_tensor **live, int n_live,
                     lz_tensor **freed);
 
-/* capture_check.c: LZ_CAPTURE_CHECK */
+/* capture_check.c: LZ_CAPTURE_CHECK, every N-th call traced again */
 int64_t lz_capture_check_every(void);
-int lz_capture_compare(const trace *tr, const lz_graph *g);
-const void *lz_capture_binding_source(const trace *tr, const binding *b);
+/* Before tr's capture is bound to g, the graph traced again for the same
+   call: the first difference from the capture's graph or constants fails
+   the call. What each slot of the capture reads from (tr->n_slots), or
+   NULL with the error set, g executed to fail its roots and exe dropped. */
+const void **lz_capture_check_before(const trace *tr, const lz_graph *g, lz_executable *exe);
+/* Once bound anew: 0 if every slot reads from what it did (was), else -1
+   with the error naming the first that does not, g executed to fail its
+   roots; later replays read what the function reads now. */
+int lz_capture_check_after(const trace *tr, const lz_graph *g, const void *const *was, int n_was);
 
 #endif

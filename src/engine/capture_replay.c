@@ -116,29 +116,26 @@ static void drop_made(trace *tr, const lz_fn *f, lz_tensor **out, int n_state)
     }
 }
 
-int lz_capture_replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
+/* Every node and handle this replay hands out, made before anything is
+   enqueued so that a failure leaves the state untouched: the returned
+   tensors, the output buffers (a state's own where it may be written
+   over), and the state's new nodes. 0, or -1 with *made_state the states
+   whose new node or gradient was made (drop_made). */
+static int make_outputs(const lz_fn *f, const trace *tr, lz_tensor *const *in, lz_tensor **out,
+                        int *made_state)
 {
-    if (sync_pending_bindings(f, tr, in)) return -1;
     /* locals: the stores below could alias tr's fields */
-    lz_buffer **inb = tr->inb, **outb = tr->outb;
+    lz_buffer **outb = tr->outb;
     char *reuse = tr->reuse;
     const state *states = tr->state;
     const ret *returned = tr->returned;
     lz_node **new_node = tr->new_node;
     lz_tensor **new_grad = tr->new_grad;
     const int n_state = tr->n_state, n_outputs = tr->n_outputs, n_out = f->n_out;
-    int rc = 0, made_state = 0;
-    for (int i = 0; i < tr->n_slots; i++) {
-        const binding *b = &tr->slots[i];
-        inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
-               : b->kind == SRC_TENSOR ? b->t->node->buf
-               : b->kind == SRC_GRAD ? grad_of(tr, b->index)->node->buf : b->buf;
-    }
-    /* Every node and handle this replay hands out is made before anything
-       is enqueued, so that a failure leaves the state untouched. A returned
-       tensor the step did not compute holds the value its source had when
-       the call began, as in a direct call: made first, it also keeps that
-       buffer from being written over. */
+    int rc = 0, made = 0;
+    /* A returned tensor the step did not compute holds the value its source
+       had when the call began, as in a direct call: made first, it also
+       keeps that buffer from being written over. */
     for (int j = 0; j < n_out; j++) {
         out[j] = NULL;
         if (rc == 0 && returned[j].kind == RET_WRAP && !(out[j] = wrap_binding(tr, &returned[j], in))) rc = -1;
@@ -158,8 +155,8 @@ int lz_capture_replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out
         outb[o] = lz_buffer_placeholder(tr->outputs[o].nbytes);
         if (!outb[o]) rc = -1;
     }
-    for (; made_state < n_state && rc == 0; made_state++) {
-        const state *st = &states[made_state];
+    for (; made < n_state && rc == 0; made++) {
+        const state *st = &states[made];
         lz_node *n = NULL;
         lz_tensor *g = NULL;
         if (st->kind != ST_NONE && st->slot >= 0) {
@@ -173,10 +170,11 @@ int lz_capture_replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out
                 else lz_scope_forget(g);
             }
         }
-        new_node[made_state] = n;
-        new_grad[made_state] = g;
+        new_node[made] = n;
+        new_grad[made] = g;
         if (rc) break;
     }
+    *made_state = made;
     for (int j = 0; j < n_out && rc == 0; j++) {
         const ret *r = &returned[j];
         if (r->kind == RET_NEW) {
@@ -189,37 +187,68 @@ int lz_capture_replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out
                  !(out[j] = lz_retain(r->kind == RET_SAME_INPUT ? in[r->index] : r->t)))
             rc = -1;
     }
-    if (rc != 0) {
-        drop_made(tr, f, out, made_state);
-    } else {
-        for (int o = 0; o < n_outputs; o++)
-            if (reuse[o]) {
-                lz_buffer_ref(outb[o]);
-                lz_buffer_refill(outb[o]);
-                lz_counters.in_place_writes++;
-            }
-        lz_executor_enqueue(tr->exe, inb, outb, tr->keep);
-        lz_counters.executions++;
-        lz_counters.flops += tr->exe->prog.flops;
-        lz_counters.kernels += tr->exe->prog.n_steps;
-        lz_counters.capture_replays++;
-        /* new values of the state, then the returned tensors (a returned
-           state tensor is returned at its new value, as when traced) */
-        for (int i = 0; i < n_state; i++) {
-            if (new_grad[i]) tr->leaves[states[i].index].t->grad = new_grad[i];
-            else if (new_node[i]) lz_tensor_set_node(state_tensor(tr, &states[i], in), new_node[i]);
+    return rc;
+}
+
+/* Enqueues the execution, then points the state at its new values and
+   hands out the returned tensors. Nothing here can fail. */
+static void commit(const lz_fn *f, const trace *tr, lz_tensor *const *in, lz_tensor **out)
+{
+    lz_buffer **outb = tr->outb;
+    const char *reuse = tr->reuse;
+    const state *states = tr->state;
+    const ret *returned = tr->returned;
+    lz_node *const *new_node = tr->new_node;
+    lz_tensor *const *new_grad = tr->new_grad;
+    const int n_state = tr->n_state, n_outputs = tr->n_outputs, n_out = f->n_out;
+    for (int o = 0; o < n_outputs; o++)
+        if (reuse[o]) {
+            lz_buffer_ref(outb[o]);
+            lz_buffer_refill(outb[o]);
+            lz_counters.in_place_writes++;
         }
-        /* copies the replay wrote from the parameters' values it wrote */
-        for (int i = 0; i < n_state; i++)
-            if (states[i].copy_current) lz_autocast_copy_rebase(states[i].t);
-        for (int j = 0; j < n_out; j++) {
-            const ret *r = &returned[j];
-            if (r->retain) { /* made above */ }
-            else if (r->kind == RET_SAME_INPUT) out[j] = in[r->index];
-            else if (r->kind == RET_SAME_TENSOR) out[j] = r->t;
-            if (r->keep) lz_keep(out[j]);
-        }
+    lz_executor_enqueue(tr->exe, tr->inb, outb, tr->keep);
+    lz_counters.executions++;
+    lz_counters.flops += tr->exe->prog.flops;
+    lz_counters.kernels += tr->exe->prog.n_steps;
+    lz_counters.capture_replays++;
+    /* new values of the state, then the returned tensors (a returned
+       state tensor is returned at its new value, as when traced) */
+    for (int i = 0; i < n_state; i++) {
+        if (new_grad[i]) tr->leaves[states[i].index].t->grad = new_grad[i];
+        else if (new_node[i]) lz_tensor_set_node(state_tensor(tr, &states[i], in), new_node[i]);
     }
+    /* copies the replay wrote from the parameters' values it wrote */
+    for (int i = 0; i < n_state; i++)
+        if (states[i].copy_current) lz_autocast_copy_rebase(states[i].t);
+    for (int j = 0; j < n_out; j++) {
+        const ret *r = &returned[j];
+        if (r->retain) { /* made above */ }
+        else if (r->kind == RET_SAME_INPUT) out[j] = in[r->index];
+        else if (r->kind == RET_SAME_TENSOR) out[j] = r->t;
+        if (r->keep) lz_keep(out[j]);
+    }
+}
+
+/* A call replayed from tr's capture: 0, or -1 with the error set and the
+   state untouched. */
+int lz_capture_replay(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out)
+{
+    if (sync_pending_bindings(f, tr, in)) return -1;
+    /* locals: the stores below could alias tr's fields */
+    lz_buffer **inb = tr->inb, **outb = tr->outb;
+    const char *reuse = tr->reuse;
+    const int n_outputs = tr->n_outputs;
+    for (int i = 0; i < tr->n_slots; i++) {
+        const binding *b = &tr->slots[i];
+        inb[i] = b->kind == SRC_INPUT ? in[b->index]->node->buf
+               : b->kind == SRC_TENSOR ? b->t->node->buf
+               : b->kind == SRC_GRAD ? grad_of(tr, b->index)->node->buf : b->buf;
+    }
+    int made_state = 0;
+    int rc = make_outputs(f, tr, in, out, &made_state);
+    if (rc != 0) drop_made(tr, f, out, made_state);
+    else commit(f, tr, in, out);
     for (int o = 0; o < n_outputs; o++)
         if (outb[o] && (rc == 0 || !reuse[o])) lz_buffer_unref(outb[o]);
     if (rc != 0) {

@@ -176,6 +176,144 @@ int lz_capture_run_uncaptured(const lz_fn *f, lz_tensor **out, uint64_t serial0,
     return rc;
 }
 
+/* Cuts the traced step's graph (its roots: lz_capture_trace_roots) and
+   finds or compiles its executable (*exe NULL if that failed). 0, or -1
+   short of memory to cut it: then nothing is cut and *live is NULL. */
+static int cut_and_compile(const lz_fn *f, lz_tensor **out, const snapshot *s, lz_graph *g,
+                           lz_executable **exe, lz_tensor ***live, int *n_live)
+{
+    lz_node **roots;
+    int n_roots = lz_capture_trace_roots(f, out, s->epoch, &roots, live, n_live);
+    if (n_roots < 0) return -1;
+    double t0 = lz_now_ms();
+    if (lz_graph_cut(g, roots, n_roots) != 0) {
+        free(roots);
+        free(*live);
+        *live = NULL;
+        return -1;
+    }
+    lz_counters.graphs++;
+    lz_counters.trace_ms += lz_now_ms() - t0;
+    free(roots);
+    *exe = lz_find_or_compile(g);
+    return 0;
+}
+
+/* A step that frees state it read cannot be replayed: said once, and the
+   function is traced on every call from now on. */
+static void refuse_freed_state(lz_fn *f, trace *tr, const lz_tensor *freed)
+{
+    char shape[96];
+    lz_warning("the captured step function reads a tensor alive across calls (%s %s) and then "
+               "frees it (state kept by replacing a handle); it will be traced on every call. "
+               "Keep such state in one tensor and update it with lz_assign",
+               lz_shape_str(shape, freed->node->ndim, freed->node->shape),
+               lz_dtype_name((lz_dtype)freed->node->dtype));
+    f->fallback = 1;
+    lz_counters.capture_fallbacks++;
+    lz_capture_clear(tr);
+}
+
+/* A steady trace becomes tr's capture: its graph cut and compiled, the
+   capture bound to it in place of the one tr held, and this call's step
+   executed. Under LZ_CAPTURE_CHECK (checking) the new trace is compared
+   with the capture first. */
+static int capture_steady(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, const char *kept,
+                          snapshot *s, uint64_t serial0, int checking)
+{
+    lz_tensor **live = NULL;
+    int n_live = 0;
+    lz_graph g;
+    lz_executable *exe;
+    if (cut_and_compile(f, out, s, &g, &exe, &live, &n_live))
+        return lz_capture_run_uncaptured(f, out, serial0, s);
+    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
+       once bound anew (every tensor bound now was alive before the old
+       capture is dropped, so no address is reused) */
+    const void **was = NULL;
+    int n_was = checking && tr->captured ? tr->n_slots : 0;
+    int rc = 0;
+    if (!exe) {
+        lz_capture_release_snapshot(s);
+        rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
+    } else if (checking && tr->captured && !(was = lz_capture_check_before(tr, &g, exe))) {
+        rc = -1;
+    }
+    if (rc != 0) {
+        lz_graph_release(&g);
+        free(live);
+        drop_made_outputs(f, out, serial0);
+        return rc;
+    }
+    lz_capture_clear(tr);
+    if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
+    tr->exe = exe;
+    exe->pinned++;
+    lz_tensor *freed = NULL;
+    int bound = lz_capture_bind(f, tr, &g, exe, in, out, kept, s, live, n_live, &freed);
+    free(live);
+    if (was && bound == 0 && lz_capture_check_after(tr, &g, was, n_was)) {
+        free(was);
+        lz_graph_release(&g);
+        tr->captured = 1;
+        drop_made_outputs(f, out, serial0);
+        return -1;
+    }
+    free(was);
+    if (bound == 1) refuse_freed_state(f, tr, freed);
+    else if (bound == 0) warn_host_values(f, tr);
+    lz_capture_release_snapshot(s);
+    rc = lz_execute_step_graph(&g, exe);
+    lz_graph_release(&g);
+    tr->captured = rc == 0 && bound == 0;
+    if (bound < 0) lz_capture_clear(tr);
+    if (rc != 0) drop_made_outputs(f, out, serial0);
+    return rc;
+}
+
+/* A trace that made state the next call finds made runs as a warm-up: its
+   roots as one lazy step, cut as the capture that follows cuts them. */
+static int warm_up(const lz_fn *f, trace *tr, lz_tensor **out, snapshot *s, uint64_t serial0)
+{
+    /* without its leaves recorded, the next call warms up again */
+    tr->warmed_up = lz_capture_record_leaves(tr, s, NULL, 0) == 0;
+    tr->leaf_epoch = lz_capture_leaf_epoch();
+    lz_node **roots = NULL;
+    int n_roots = lz_capture_trace_roots(f, out, s->epoch, &roots, NULL, NULL);
+    if (n_roots < 0) return lz_capture_run_uncaptured(f, out, serial0, s);
+    lz_capture_release_snapshot(s);
+    int rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : 0;
+    free(roots);
+    if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
+    return rc;
+}
+
+/* What a traced call that ran becomes: a graph break (traced on every call
+   from now on), the lazy step it recorded (short of memory to capture it),
+   a warm-up, or tr's capture (tr NULL: a new trace for its key). */
+static int after_run(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, const char *kept,
+                     snapshot *s, uint64_t serial0, int checking, const char *break_reason)
+{
+    if (break_reason) {
+        lz_warning("the captured step function calls %s while it is traced (a graph break); it "
+                   "will be traced on every call", break_reason);
+        f->fallback = 1;
+        lz_counters.capture_fallbacks++;
+        return lz_capture_run_uncaptured(f, out, serial0, s);
+    }
+    /* a tensor made here from host memory went unnoted: not bindable */
+    if (lz_capture_notes_lost()) return lz_capture_run_uncaptured(f, out, serial0, s);
+    if (!tr && !(tr = lz_capture_new_trace(f, in, s->inbuf)))
+        return lz_capture_run_uncaptured(f, out, serial0, s);
+    if (lz_capture_library_state_made() || (!tr->warmed_up && !lz_capture_trace_is_steady(s, out, f->n_out)))
+        return warm_up(f, tr, out, s, serial0);
+    tr->warmed_up = 1;
+    return capture_steady(f, tr, in, out, kept, s, serial0, checking);
+}
+
+/* A call traced (tr: the trace its key found, or NULL): the function run
+   and what it recorded executed, as a capture of tr where it can be. 0, or
+   -1 with the error set, as lz_call. */
 int lz_capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out, int checking)
 {
     /* trace only this call's work; casts autocast kept from before the
@@ -201,129 +339,7 @@ int lz_capture_trace(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out,
     int rc = lz_capture_run_function(f, in, out, kept);
     lz_autocast_cache_clear();   /* not outputs of the trace */
     const char *break_reason = lz_trace_end();
-    if (rc != 0) goto done;
-
-    if (break_reason) {
-        lz_warning("the captured step function calls %s while it is traced (a graph break); it "
-                   "will be traced on every call", break_reason);
-        f->fallback = 1;
-        lz_counters.capture_fallbacks++;
-        rc = lz_capture_run_uncaptured(f, out, serial0, &s);
-        goto done;
-    }
-    /* a tensor made here from host memory went unnoted: not bindable */
-    if (lz_capture_notes_lost()) { rc = lz_capture_run_uncaptured(f, out, serial0, &s); goto done; }
-    if (!tr && !(tr = lz_capture_new_trace(f, in, s.inbuf))) { rc = lz_capture_run_uncaptured(f, out, serial0, &s); goto done; }
-    if (lz_capture_library_state_made() || (!tr->warmed_up && !lz_capture_trace_is_steady(&s, out, f->n_out))) {
-        /* without its leaves recorded, the next call warms up again */
-        tr->warmed_up = lz_capture_record_leaves(tr, &s, NULL, 0) == 0;
-        tr->leaf_epoch = lz_capture_leaf_epoch();
-        lz_node **roots = NULL;
-        int n_roots = lz_capture_trace_roots(f, out, s.epoch, &roots, NULL, NULL);
-        if (n_roots < 0) { rc = lz_capture_run_uncaptured(f, out, serial0, &s); goto done; }
-        lz_capture_release_snapshot(&s);
-        rc = n_roots > 0 ? lz_run_roots(roots, n_roots) : 0;
-        free(roots);
-        if (rc != 0) { fail_pending(); drop_made_outputs(f, out, serial0); }
-        goto done;
-    }
-    tr->warmed_up = 1;
-
-    lz_node **roots;
-    lz_tensor **live = NULL;
-    int n_live = 0;
-    int n_roots = lz_capture_trace_roots(f, out, s.epoch, &roots, &live, &n_live);
-    if (n_roots < 0) { rc = lz_capture_run_uncaptured(f, out, serial0, &s); goto done; }
-    double t0 = lz_now_ms();
-    lz_graph g;
-    if (lz_graph_cut(&g, roots, n_roots) != 0) {
-        free(roots);
-        free(live);
-        rc = lz_capture_run_uncaptured(f, out, serial0, &s);
-        goto done;
-    }
-    lz_counters.graphs++;
-    lz_counters.trace_ms += lz_now_ms() - t0;
-    free(roots);
-    lz_executable *exe = lz_find_or_compile(&g);
-    /* LZ_CAPTURE_CHECK: what each slot was read from, compared by identity
-       once bound anew (every tensor bound now was alive before the old
-       capture is dropped, so no address is reused) */
-    const void **was = NULL;
-    int n_was = checking && tr->captured ? tr->n_slots : 0;
-    if (!exe) {
-        lz_capture_release_snapshot(&s);
-        rc = lz_execute_graph(&g, NULL);   /* fails the roots: nothing stays pending */
-    } else if (checking && tr->captured) {
-        if (lz_capture_compare(tr, &g) == 0 && !(was = lz_host_malloc(sizeof *was * (size_t)(n_was + 1))))
-            lz_errorf("lz_call: LZ_CAPTURE_CHECK: out of memory comparing the capture's %d inputs", n_was);
-        if (!was) {
-            /* the call fails; the capture stays as it was */
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", lz_last_error());
-            lz_execute_graph(&g, NULL);
-            lz_errorf("%s", msg);
-            lz_executable_unref(exe);
-            rc = -1;
-        }
-    }
-    if (rc != 0) {
-        lz_graph_release(&g);
-        free(live);
-        drop_made_outputs(f, out, serial0);
-        goto done;
-    }
-    for (int i = 0; was && i < n_was; i++) was[i] = lz_capture_binding_source(tr, &tr->slots[i]);
-    lz_capture_clear(tr);
-    if (tr->exe) { tr->exe->pinned--; lz_executable_unref(tr->exe); }
-    tr->exe = exe;
-    exe->pinned++;
-    lz_tensor *freed = NULL;
-    int bound = lz_capture_bind(f, tr, &g, exe, in, out, kept, &s, live, n_live, &freed);
-    free(live);
-    int rebound = -1;
-    for (int i = 0; was && bound == 0 && i < n_was && i < tr->n_slots && rebound < 0; i++)
-        if (was[i] != lz_capture_binding_source(tr, &tr->slots[i])) rebound = i;
-    free(was);
-    if (rebound >= 0) {
-        /* the capture is bound anew (later replays read what the function
-           reads now); this call fails and its state keeps its values */
-        char shape[96];
-        const lz_node *n = g.inputs[rebound];
-        lz_errorf("lz_call: LZ_CAPTURE_CHECK: input %d of the captured graph (%s %s) is read from a "
-                  "different tensor than when the step function was captured (it reaches another "
-                  "tensor through its context now)", rebound, lz_shape_str(shape, n->ndim, n->shape),
-                  lz_dtype_name((lz_dtype)n->dtype));
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", lz_last_error());
-        lz_execute_graph(&g, NULL);
-        lz_errorf("%s", msg);
-        lz_graph_release(&g);
-        tr->captured = 1;
-        drop_made_outputs(f, out, serial0);
-        rc = -1;
-        goto done;
-    }
-    if (bound == 1) {
-        char shape[96];
-        lz_warning("the captured step function reads a tensor alive across calls (%s %s) and then "
-                   "frees it (state kept by replacing a handle); it will be traced on every call. "
-                   "Keep such state in one tensor and update it with lz_assign",
-                   lz_shape_str(shape, freed->node->ndim, freed->node->shape),
-                   lz_dtype_name((lz_dtype)freed->node->dtype));
-        f->fallback = 1;
-        lz_counters.capture_fallbacks++;
-        lz_capture_clear(tr);
-    } else if (bound == 0) {
-        warn_host_values(f, tr);
-    }
-    lz_capture_release_snapshot(&s);
-    rc = lz_execute_step_graph(&g, exe);
-    lz_graph_release(&g);
-    tr->captured = rc == 0 && bound == 0;
-    if (bound < 0) lz_capture_clear(tr);
-    if (rc != 0) drop_made_outputs(f, out, serial0);
-done:
+    if (rc == 0) rc = after_run(f, tr, in, out, kept, &s, serial0, checking, break_reason);
     lz_capture_notes_end();
     lz_capture_drop_snapshot(&s);
     if (kept != kept_small) free(kept);
