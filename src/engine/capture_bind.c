@@ -272,7 +272,7 @@ static int key_leaves(trace *tr, const lz_graph *g, const snapshot *s)
     int rc = lz_capture_record_leaves(tr, s, bufs, g->n_inputs);
     free(bufs);
     if (rc) return -1;
-    tr->leaf_epoch = lz_capture_leaf_epoch();
+    tr->leaf_epoch = lz_requires_grad_changes();
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* What the rest of the library tells capture while a step function is
- * traced (data made from host memory, state the library made for itself,
- * a requires-grad flag changed), kept for capture's own files to read. */
+ * traced (data made from host memory, state the library made for itself),
+ * kept for capture's own files to read. */
 #include "engine/capture_hooks.h"
 
 #include <stdlib.h>
@@ -14,14 +14,11 @@ static int library_state_made;   /* during this trace (lz_capture_note_library_s
 static lz_capture_note *notes;
 static int n_notes, cap_notes;
 static int notes_lost;       /* a note found no memory: this trace cannot be bound */
-static uint64_t leaf_epoch;
 
 void lz_capture_note_library_state(void)
 {
     if (lz_capture_tracing()) library_state_made = 1;
 }
-
-void lz_capture_leaves_changed(void) { leaf_epoch++; }
 
 void lz_capture_note_host_data(lz_tensor *t, const char *op)
 {
@@ -73,5 +70,3 @@ const lz_capture_note *lz_capture_notes(int *n)
 int lz_capture_notes_lost(void) { return notes_lost; }
 
 int lz_capture_library_state_made(void) { return library_state_made; }
-
-uint64_t lz_capture_leaf_epoch(void) { return leaf_epoch; }

@@ -5,16 +5,11 @@
 #ifndef LZ_CAPTURE_HOOKS_H
 #define LZ_CAPTURE_HOOKS_H
 
-#include <stdint.h>
-
 struct lz_buffer;
 struct lz_tensor;
 /* Notes data made from host memory (op: the public call) while a step
    function is traced: a replay reuses its value (one warning names them). */
 void lz_capture_note_host_data(struct lz_tensor *t, const char *op);
-/* A tensor's requires-grad flag changed: every capture re-traces once
-   (its graph and gradients may differ). */
-void lz_capture_leaves_changed(void);
 /* The library made state of its own that lives across calls (the random
    generator, made by the first random op): a call that made it is a
    warm-up, run lazily, and the next call traces with that state bound. */
@@ -35,7 +30,5 @@ const lz_capture_note *lz_capture_notes(int *n);
 int lz_capture_notes_lost(void);
 /* 1 if the library made state of its own during this trace. */
 int lz_capture_library_state_made(void);
-/* Counts the changes of requires-grad flags (the guard compares it). */
-uint64_t lz_capture_leaf_epoch(void);
 
 #endif

@@ -121,7 +121,7 @@ typedef struct trace {
     int n_leaves;
     leaf_key *leaves;
     int warmed_up, captured;
-    uint64_t leaf_epoch;     /* lz_capture_leaves_changed count when traced */
+    uint64_t leaf_epoch;     /* lz_requires_grad_changes() when traced */
     int autocast;            /* the autocast region's dtype at the call (key) */
     lz_executable *exe;      /* pinned */
     int n_slots;

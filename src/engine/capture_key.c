@@ -91,7 +91,7 @@ void lz_capture_free_trace(trace *tr)
    parameter lags behind it (the parameter was assigned since). */
 int lz_capture_guard_holds(const trace *tr, lz_tensor *const *in)
 {
-    if (tr->leaf_epoch != lz_capture_leaf_epoch()) return 0;
+    if (tr->leaf_epoch != lz_requires_grad_changes()) return 0;
     for (int i = 0; i < tr->n_live_check; i++)
         if (!lz_tensor_held(tr->live_check[i], 0) || lz_autocast_copy_stale(tr->live_check[i])) return 0;
     for (int i = 0; i < tr->n_alias; i++) {

@@ -277,7 +277,7 @@ static int warm_up(const lz_fn *f, trace *tr, lz_tensor **out, snapshot *s, uint
 {
     /* without its leaves recorded, the next call warms up again */
     tr->warmed_up = lz_capture_record_leaves(tr, s, NULL, 0) == 0;
-    tr->leaf_epoch = lz_capture_leaf_epoch();
+    tr->leaf_epoch = lz_requires_grad_changes();
     lz_node **roots = NULL;
     int n_roots = lz_capture_trace_roots(f, out, s->epoch, &roots, NULL, NULL);
     if (n_roots < 0) return lz_capture_run_uncaptured(f, out, serial0, s);
