@@ -119,7 +119,7 @@ void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8
 /* lz_backend.conv_f32_faster (k_dnnl_conv.c). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups);
-/* Makes oneDNN's sgemm kernels now (k_linalg.c): once a process, a product
+/* Makes oneDNN's sgemm kernels now (k_matmul_f32.c): once a process, a product
    of 8x8x8 on zeros. */
 void lz_cpu_sgemm_make_kernels(void);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
