@@ -109,11 +109,12 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
 /* Whether step s is a convolution (any direction) with a bf16 operand:
    autocast's (k_dnnl_conv.c). */
 int lz_cpu_conv_is_bf16(const lz_program *p, const lz_instr *s);
-/* Blocked layouts on the CPU (operand_layouts.c): the ISA's channel block
-   (16 with AVX-512, 8 with AVX2, 0 without oneDNN's convolutions), and
-   the lz_backend hooks: program p's block (lz_backend.layout_block) and
-   how each step takes its values. */
+/* The ISA's channel block, the one oneDNN's convolutions run on (16 with
+   AVX-512, 8 with AVX2, 0 without oneDNN's convolutions) (k_dnnl_conv.c). */
 int  lz_cpu_layout_block(void);
+/* Blocked layouts on the CPU (operand_layouts.c), the lz_backend hooks:
+   program p's block (lz_backend.layout_block) and how each step takes its
+   values. */
 int  lz_cpu_program_block(const lz_program *p);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
 /* lz_backend.conv_f32_faster (k_dnnl_conv.c). */
