@@ -157,7 +157,7 @@ int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s);
 int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_instr *s);
 
 /* Strides (in elements) that read `in` broadcast to out's shape, aligned
-   to out's ndim (0 on broadcast axes). */
+   to out's ndim (0 on broadcast axes) (strides.c). */
 void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *strides);
 /* The axes of out's element order and the strides (in elements) that read
    `in` along them, broadcast: out's own axes, or for a channel-blocked out
