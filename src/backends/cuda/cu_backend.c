@@ -10,10 +10,10 @@
  *    alone waits; host-to-device copies go through pinned staging so the
  *    caller's buffer is free on return and the copy is queued, never
  *    waited for (cu_staging.c);
- *  - programs planned step by step (plan.c, f_*.c, codegen.c), the plan's
- *    generated element-wise source compiled by NVRTC at prepare time and
- *    cached on disk (nvrtc_cache.c), products through cuBLASLt and
- *    convolutions through cuDNN (cu_matmul.c, cu_conv.c);
+ *  - programs planned step by step (plan.c, planner.c, f_*.c, codegen.c),
+ *    the plan's generated element-wise source compiled by NVRTC at
+ *    prepare time and cached on disk (nvrtc_cache.c), products through
+ *    cuBLASLt and convolutions through cuDNN (cu_matmul.c, cu_conv.c);
  *  - an executable's runs from the second on replayed as one CUDA graph
  *    launch (cu_graph.c).
  *
