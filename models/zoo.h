@@ -1,5 +1,5 @@
-/* Declared in the public header include/lazyc_nn.h (installed; the
- * sources of models/ include this name). */
+/* Declared in the public header include/lazyc_nn.h (installed; tools/
+ * include it by this name). */
 #ifndef LZ_ZOO_H
 #define LZ_ZOO_H
 

@@ -1,9 +1,9 @@
 /* What every model file shares: the model struct and the builders the
- * registry (zoo.c) dispatches to. Public API only. */
+ * registry (registry.c) dispatches to. Public API only. */
 #ifndef LZ_ZOO_INTERNAL_H
 #define LZ_ZOO_INTERNAL_H
 
-#include "zoo.h"
+#include "lazyc_nn.h"
 
 struct lz_model {
     lz_model_spec spec;

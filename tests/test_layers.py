@@ -16,6 +16,14 @@ fails on a call or data reference from a lower floor to a function defined
 on a higher one: a call through a declaration in a lower header (or the
 public header) reaches up as surely as an include does.
 
+No circle of files, either, inside a folder or across: a file and its
+header (x.c, x.h) are one module, and module A uses B when one of A's
+files includes B's header or (from the objects of every target) takes a
+symbol B's file defines. A circle of modules fails the test, printed with
+what ties it, unless all of it lies in the one circle the design allows
+(ALLOWED_CIRCLE, engine and autograd); a module listed there that is no
+longer in a circle fails too, so that the list only shrinks.
+
 usage: test_layers.py [REPO_ROOT [BUILD_DIR]]
 """
 import os
@@ -34,6 +42,12 @@ DESIGN = os.path.join("docs", "design.md")
 NOT_FLOORS = {"include": -1}
 # A tensor's gradient is made by autograd, and autograd records ops on tensors.
 ALLOWED_CYCLES = {frozenset(("src/engine", "src/autograd"))}
+# The one circle of files (docs/design.md, "Layers"): a tensor holds its
+# autograd record and autograd records ops on tensors; a tensor joins the
+# open scope when made and leaves it when freed; recording one in eager mode
+# runs the barrier, which cuts tensors.
+ALLOWED_CIRCLE = frozenset(("src/engine/tensor", "src/autograd/autograd", "src/engine/scope",
+                            "src/engine/step"))
 # Downward, yet not allowed: ops record IR and never reach the compiler,
 # kernels or the executor; backends see programs, never IR nodes.
 FORBIDDEN = {
@@ -131,6 +145,109 @@ def symbol_problems(root, build):
     return problems
 
 
+def module_of(path):
+    """A file's module: x.c and x.h are one."""
+    return os.path.splitext(path)[0]
+
+
+def symbol_uses(root, build):
+    """(from module, to module) -> "file calls symbol" from the object files of
+    every target, a symbol taken where its own target defines it, else from
+    the one file that does."""
+    cmake = os.path.join(build, "CMakeFiles")
+    if not os.path.isdir(cmake) or not shutil.which("nm"):
+        return None
+    defined, wanted = {}, []   # symbol -> {target: source}; (target, source, symbol)
+    for target in sorted(os.listdir(cmake)):
+        objdir = os.path.join(cmake, target)
+        for d, _, names in os.walk(objdir):
+            for name in names:
+                if not name.endswith(".c.o"):
+                    continue
+                obj = os.path.join(d, name)
+                src = os.path.relpath(obj, objdir)[:-2]
+                if not src.startswith(tuple(t + "/" for t in SCANNED)) or \
+                        not os.path.isfile(os.path.join(root, src)):
+                    continue
+                out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+                for line in out.splitlines():
+                    parts = line.split()
+                    if len(parts) == 2 and parts[0] == "U":
+                        wanted.append((target, src, parts[1]))
+                    elif len(parts) == 3 and parts[1] in "TDBRCV":
+                        defined.setdefault(parts[2], {})[target] = src
+    uses = {}
+    for target, src, sym in wanted:
+        where = defined.get(sym, {})
+        to = where.get(target)
+        if not to and len(set(where.values())) == 1:
+            to = next(iter(where.values()))
+        if to and module_of(to) != module_of(src):
+            uses.setdefault((module_of(src), module_of(to)), f"{src} calls {sym} ({to})")
+    return uses
+
+
+def circles(uses):
+    """The strongly connected sets of more than one module (Tarjan's)."""
+    graph = {}
+    for a, b in uses:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, found = {}, {}, [], set(), []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = set()
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        comp.add(x)
+                        if x == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(comp)
+            elif w not in index:
+                index[w] = low[w] = len(index)
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(sorted(graph[w]))))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+    return found
+
+
+def circle_problems(includes, symbols):
+    """A circle of modules outside ALLOWED_CIRCLE, or a listed module in none."""
+    uses = dict(includes)
+    for k, v in (symbols or {}).items():
+        uses.setdefault(k, v)
+    problems, seen = [], set()
+    for comp in circles(uses):
+        seen |= comp
+        if comp <= ALLOWED_CIRCLE:
+            continue
+        ties = [f"    {a} -> {b}: {w}" for (a, b), w in sorted(uses.items()) if a in comp and b in comp]
+        problems.append(f"circle of files: {', '.join(sorted(comp))}; break it by moving what they "
+                        "share into a file both use (docs/design.md, Layers)\n" + "\n".join(ties))
+    if symbols is not None:
+        for m in sorted(ALLOWED_CIRCLE - seen):
+            problems.append(f"{m} is in no circle of files now: take it off ALLOWED_CIRCLE "
+                            "(tests/test_layers.py) and docs/design.md, Layers")
+    return problems
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = sys.argv[2] if len(sys.argv) > 2 else None
@@ -139,6 +256,7 @@ def main():
     if len(FLOORS) <= len(NOT_FLOORS):
         problems.append(f"{DESIGN}: no floor table under \"## Layers\" (| floor | folder | why |)")
     edges = {}   # (from folder, to folder) -> first "file:line"
+    module_uses = {}   # (from module, to module) -> first "file:line includes header"
     for top in SCANNED:
         for d, _, names in os.walk(os.path.join(root, top)):
             for name in sorted(names):
@@ -167,6 +285,10 @@ def main():
                         if target is None:
                             problems.append(f"{where}: #include \"{m.group(1)}\" names no file")
                             continue
+                        if target.startswith(tuple(t + "/" for t in SCANNED)) and \
+                                module_of(target) != module_of(path):
+                            module_uses.setdefault((module_of(path), module_of(target)),
+                                                   f"{where} includes {target}")
                         tfolder, tfloor = floor_of(os.path.dirname(target))
                         if tfolder is None or tfolder == ffolder:
                             continue
@@ -203,6 +325,7 @@ def main():
                 problems.append(f"cycle between {a} and {b}" + (f" (e.g. {', '.join(via)})" if via else ""))
     if build:
         problems += symbol_problems(root, build)
+    problems += circle_problems(module_uses, symbol_uses(root, build) if build else None)
     for p in problems:
         print(p)
     if problems:
@@ -212,7 +335,9 @@ def main():
           f"{len(edges)} folder-to-folder include edges, all downward "
           "(engine <-> autograd the one allowed cycle), none into a backend's headers; "
           "no ->data outside src/backends/ and src/backend/"
-          + ("; no call reaches a higher floor" if build else ""))
+          + ("; no call reaches a higher floor" if build else "")
+          + ("; no circle of files" if build else "; no circle of files by include")
+          + f" but {', '.join(sorted(ALLOWED_CIRCLE))}")
     return 0
 
 

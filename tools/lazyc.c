@@ -1,7 +1,5 @@
 /* lazyc: the command-line entry point. Dispatches to a subcommand. */
 #include <errno.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -27,39 +25,6 @@ static void usage(FILE *f)
                "an execution error); %d usage (a bad command or option, unreadable input, an\n"
                "output path that cannot be written); %d lazyc train stopped at a NaN or Inf.\n",
             LZ_CLI_FAILED, LZ_CLI_USAGE_ERROR, LZ_CLI_NONFINITE);
-}
-
-int lz_cli_is_help(const char *arg)
-{
-    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
-}
-
-int lz_cli_int(const char *opt, const char *val, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = val ? strtol(val, &end, 10) : 0;
-    if (!val || end == val || *end != '\0' || errno != 0 || v < lo || v > hi) {
-        fprintf(stderr, "lazyc: %s needs an integer in [%ld, %ld], got '%s'\n",
-                opt, lo, hi, val ? val : "(nothing)");
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int lz_cli_float(const char *opt, const char *val, double lo, double hi, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double v = val ? strtod(val, &end) : 0;
-    if (!val || end == val || *end != '\0' || errno != 0 || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "lazyc: %s needs a number in [%g, %g], got '%s'\n",
-                opt, lo, hi, val ? val : "(nothing)");
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* Output lost to a full disk or a closed pipe is a failure, as coreutils

@@ -7,9 +7,10 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/thread.h"
-#include "engine/capture.h"
 
 static int no_grad_depth;
+/* every change of a requires-grad flag: a capture's guard compares it */
+static uint64_t requires_grad_changes;
 
 void lz_no_grad_begin(void)
 {
@@ -213,9 +214,11 @@ void lz_requires_grad(lz_tensor *t, int on)
                   lz_dtype_name((lz_dtype)t->node->dtype));
         return;
     }
-    if (t->requires_grad != (on != 0)) lz_capture_leaves_changed();
+    if (t->requires_grad != (on != 0)) requires_grad_changes++;
     t->requires_grad = on != 0;
 }
+
+uint64_t lz_requires_grad_changes(void) { return requires_grad_changes; }
 
 lz_tensor *lz_detach(lz_tensor *x)
 {

@@ -72,8 +72,11 @@ void lz_ag_mark_replayed(lz_tensor *t);
    ag; returns -1. */
 int  lz_ag_dead_error(const lz_ag *ag);
 int  lz_grad_enabled(void);
+/* How many times a tensor's requires-grad flag changed: a capture re-traces
+   once after a change (its graph and gradients may differ). */
+uint64_t lz_requires_grad_changes(void);
 /* Open lz_no_grad_begin sections, and setting their count back (a
-   captured step must close what it opens: engine/capture.c). */
+   captured step must close what it opens: engine/capture_trace.c). */
 int  lz_no_grad_depth(void);
 void lz_no_grad_restore(int depth);
 /* Closes any open no-grad section (lz_shutdown). */

@@ -3,7 +3,7 @@
  * updates: the new value is written over the old one, so a step holds one
  * copy of the model's state, not two. Which output may take which input's
  * memory is decided here, once per executable; the caller proposes the
- * pairs (the state it updates: engine/capture.c, engine/step.c) and
+ * pairs (the state it updates: engine/capture_bind.c, engine/step.c) and
  * lz_program_may_overwrite answers.
  *
  * An output may overwrite an input when the step writing it runs after

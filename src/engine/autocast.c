@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/fault.h"
 #include "base/thread.h"
-#include "engine/capture.h"
+#include "engine/capture_hooks.h"
 #include "engine/tensor.h"
 #include "runtime/executor.h"
 

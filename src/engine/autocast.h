@@ -25,8 +25,8 @@ int lz_autocast_cacheable(const lz_tensor *x);
    around a capture trace (a trace must make its own casts, not bind
    values made before it). */
 void lz_autocast_cache_clear(void);
-/* The open regions, saved around a captured step (engine/capture.c): a
-   region the step opens it must close, and one it did not open it must
+/* The open regions, saved around a captured step (engine/capture_trace.c):
+   a region the step opens it must close, and one it did not open it must
    leave open. */
 typedef struct lz_autocast_regions {
     int depth;

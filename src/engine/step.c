@@ -18,8 +18,8 @@
 
 static int eager = -1;
 
-/* The tracing state (step.h): set by capture.c, noted by the barrier and
-   by host reads. */
+/* The tracing state (step.h): set by capture_trace.c, noted by the barrier
+   and by host reads. */
 static int tracing;
 static const char *break_reason;
 

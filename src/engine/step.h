@@ -18,8 +18,8 @@ int lz_step_all(void);
 void lz_step_shutdown(void);
 
 /* The tracing state, owned by the barrier so that the barrier and host
-   reads note graph breaks without calling up into capture (capture.c sets
-   it around the step function it traces and reads the break). */
+   reads note graph breaks without calling up into capture (capture_trace.c
+   sets it around the step function it traces and reads the break). */
 void lz_trace_begin(void);
 /* Ends tracing; returns the first graph break noted since lz_trace_begin,
    or NULL. */

@@ -44,9 +44,9 @@ struct lz_tensor {
        the tensor it shares stays in them while any alias holds it. */
     lz_tensor *alias_of;
     lz_tensor *aliases, *alias_next;
-    /* references held by captured functions (engine/capture.c): a tensor with
-       no others is freed as far as the program is concerned, and a replay
-       bound to it must trace again */
+    /* references held by captured functions (engine/capture_bind.c): a
+       tensor with no others is freed as far as the program is concerned,
+       and a replay bound to it must trace again */
     int capture_refs;
     /* creation order (lz_tensor_serial): lz_call tells the tensors a step
        made from those it was given */

@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/metrics.h"
 #include "base/thread.h"
-#include "engine/capture.h"
+#include "engine/capture_hooks.h"
 #include "engine/device.h"
 #include "engine/step.h"
 #include "engine/tensor.h"

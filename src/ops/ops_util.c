@@ -51,22 +51,6 @@ int lz_grad_of_x_g(lz_op op, const lz_ag *ag, lz_tensor *g, lz_tensor **gin, con
     return gin[0] ? 0 : -1;
 }
 
-lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like)
-{
-    if (!g || !like) return NULL;
-    int gn = lz_t_ndim(g), ln = lz_t_ndim(like);
-    int axes[LZ_MAX_DIMS], n = 0;
-    for (int d = 0; d < gn; d++) {
-        int ld = d - (gn - ln);
-        if (ld < 0 || (lz_t_shape(like)[ld] == 1 && lz_t_shape(g)[d] != 1)) axes[n++] = d;
-    }
-    if (!n && gn == ln) return lz_same_value(g);
-    lz_tensor *s = n ? lz_sum_axes(g, n, axes, 1) : lz_same_value(g);
-    lz_tensor *r = lz_reshape(s, ln, lz_t_shape(like));
-    lz_free(s);
-    return r;
-}
-
 int lz_refuse_bf16(const char *op, const lz_tensor *t)
 {
     if (lz_t_dtype(t) != LZ_BF16) return 1;

@@ -24,7 +24,8 @@ int lz_broadcast_shape(const char *op, int na, const int64_t *sa, int nb, const 
 /* Normalises axis (negative counts from the end); -1 + error if out of range. */
 int lz_norm_axis(const char *op, int axis, int ndim);
 /* Sums g over the axes that broadcasting added or stretched so that it has
-   like's shape (returns a new reference to g's tensor if nothing to do). */
+   like's shape (returns a new reference to g's tensor if nothing to do).
+   ops/reduce.c. */
 lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like);
 int64_t lz_shape_numel(int ndim, const int64_t *shape);
 /* 0 with "op: dtype bf16 not supported ..." set when t is bf16, whose
@@ -55,7 +56,7 @@ lz_tensor *lz_product_operand(lz_tensor *x, lz_dtype dt);
    ops/autocast.c. */
 int lz_autocast_refresh(lz_tensor *w);
 /* x cast to value's dtype where value holds that cast already: a handle on
-   value's node with lz_cast's gradient to x. ops/elementwise.c. */
+   value's node with lz_cast's gradient to x. ops/cast.c. */
 lz_tensor *lz_cast_from(lz_tensor *x, lz_tensor *value);
 
 static inline int lz_t_ndim(const lz_tensor *t) { return t->node->ndim; }

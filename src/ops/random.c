@@ -13,7 +13,7 @@
 #include "autograd/autograd.h"
 #include "base/error.h"
 #include "base/thread.h"
-#include "engine/capture.h"
+#include "engine/capture_hooks.h"
 #include "ops/nn_internal.h"
 #include "ops/ops_util.h"
 

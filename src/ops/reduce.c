@@ -1,12 +1,16 @@
-/* Reductions: sum, mean and max over a set of axes, and their backward
- * rules. The node keeps the reduced axes as a bitmask (iattr[0]) and
- * keepdim (iattr[1]). */
+/* Reductions' constructor, and the sum over axes with its partner, the
+ * broadcast (lz_expand): each is the other's gradient, and the gradients
+ * of broadcasting ops take the sum (lz_reduce_to_like), so they sit below
+ * the element-wise ops (mean and max, above them: mean_max.c). The node
+ * keeps the reduced axes as a bitmask (iattr[0]) and keepdim (iattr[1]). */
+#include "ops/reduce.h"
+
 #include "autograd/autograd.h"
 #include "base/error.h"
 #include "ops/ops_util.h"
 
-static lz_tensor *reduce(const char *name, lz_op op, lz_backward_fn bw, lz_tensor *x, int naxes,
-                         const int *axes, int keepdim)
+lz_tensor *lz_reduce_op(const char *name, lz_op op, lz_backward_fn bw, lz_tensor *x, int naxes,
+                        const int *axes, int keepdim)
 {
     if (lz_check_operands(name, 1, &x)) return NULL;
     lz_dtype dt = lz_t_dtype(x);
@@ -61,7 +65,7 @@ static int keep_shape(const lz_ag *ag, int64_t *shape)
 
 /* g (shaped like the output) with the reduced axes restored as size 1, so
    it broadcasts against the input. */
-static lz_tensor *keepdim_view(const lz_ag *ag, lz_tensor *g)
+lz_tensor *lz_reduce_keepdim_view(const lz_ag *ag, lz_tensor *g)
 {
     if (ag->attrs.iattr[1]) return g;
     int64_t shape[LZ_MAX_DIMS];
@@ -74,65 +78,71 @@ static int sum_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor
     (void)out;
     lz_tensor *x = ag->in[0];
     if (!lz_needs_grad(x)) return 0;
-    gin[0] = lz_expand(keepdim_view(ag, g), lz_t_ndim(x), lz_t_shape(x));
-    return gin[0] ? 0 : -1;
-}
-
-static int mean_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
-{
-    (void)out;
-    lz_tensor *x = ag->in[0];
-    if (!lz_needs_grad(x)) return 0;
-    int64_t n = 1;
-    for (int d = 0; d < lz_t_ndim(x); d++)
-        if (ag->attrs.iattr[0] >> d & 1) n *= lz_t_shape(x)[d];
-    /* 1/n depends only on shapes, so it may be baked into the graph; with
-       n == 0, x has no elements and the factor is never used */
-    lz_tensor *gs = lz_scale(keepdim_view(ag, g), n ? 1.0f / (float)n : 0.0f);
-    gin[0] = lz_expand(gs, lz_t_ndim(x), lz_t_shape(x));
-    return gin[0] ? 0 : -1;
-}
-
-/* Like torch.amax: the gradient is shared evenly among the elements equal
-   to the max. */
-static int max_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *g, lz_tensor **gin)
-{
-    lz_tensor *x = ag->in[0];
-    if (!lz_needs_grad(x)) return 0;
-    int axes[LZ_MAX_DIMS], naxes = 0;
-    for (int d = 0; d < lz_t_ndim(x); d++)
-        if (ag->attrs.iattr[0] >> d & 1) axes[naxes++] = d;
-    if (naxes == 0) {   /* nothing reduced: the op was a copy */
-        gin[0] = lz_cast(g, LZ_F32);
-        return gin[0] ? 0 : -1;
-    }
-    lz_tensor *ties = lz_eq(x, keepdim_view(ag, out));
-    lz_tensor *count = lz_sum_axes(ties, naxes, axes, 1);
-    gin[0] = lz_mul(ties, lz_div(keepdim_view(ag, g), count));
+    gin[0] = lz_expand(lz_reduce_keepdim_view(ag, g), lz_t_ndim(x), lz_t_shape(x));
     return gin[0] ? 0 : -1;
 }
 
 lz_tensor *lz_sum_axes(lz_tensor *x, int naxes, const int *axes, int keepdim)
 {
-    return reduce("lz_sum_axes", LZ_OP_SUM, sum_backward, x, naxes, axes, keepdim);
-}
-
-lz_tensor *lz_mean_axes(lz_tensor *x, int naxes, const int *axes, int keepdim)
-{
-    return reduce("lz_mean_axes", LZ_OP_MEAN, mean_backward, x, naxes, axes, keepdim);
-}
-
-lz_tensor *lz_max_axes(lz_tensor *x, int naxes, const int *axes, int keepdim)
-{
-    return reduce("lz_max_axes", LZ_OP_MAX, max_backward, x, naxes, axes, keepdim);
+    return lz_reduce_op("lz_sum_axes", LZ_OP_SUM, sum_backward, x, naxes, axes, keepdim);
 }
 
 lz_tensor *lz_sum(lz_tensor *x)
 {
-    return reduce("lz_sum", LZ_OP_SUM, sum_backward, x, 0, NULL, 0);
+    return lz_reduce_op("lz_sum", LZ_OP_SUM, sum_backward, x, 0, NULL, 0);
 }
 
-lz_tensor *lz_mean(lz_tensor *x)
+/* ---- expand --------------------------------------------------------------- */
+
+static int expand_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
 {
-    return reduce("lz_mean", LZ_OP_MEAN, mean_backward, x, 0, NULL, 0);
+    (void)out;
+    if (!lz_needs_grad(ag->in[0])) return 0;
+    gin[0] = lz_reduce_to_like(gout, ag->in[0]);
+    return gin[0] ? 0 : -1;
+}
+
+lz_tensor *lz_expand(lz_tensor *x, int ndim, const int64_t *shape)
+{
+    if (lz_check_operands("lz_expand", 1, &x)) return NULL;
+    int nx = lz_t_ndim(x);
+    const int64_t *sx = lz_t_shape(x);
+    char sa[96], sb[96];
+    if (ndim > 0 && !shape) return lz_errorf("lz_expand: shape is NULL");
+    if (ndim < nx || ndim > LZ_MAX_DIMS)
+        return lz_errorf("lz_expand: cannot expand %s to %d dimensions",
+                         lz_shape_str(sa, nx, sx), ndim);
+    int64_t s[LZ_MAX_DIMS];
+    int off = ndim - nx;
+    for (int d = 0; d < ndim; d++) {
+        int xd = d - off;
+        s[d] = shape[d];
+        /* -1 keeps the source size, as in torch */
+        if (s[d] == -1 && xd >= 0) s[d] = sx[xd];
+        if (s[d] < 0 || (xd >= 0 && sx[xd] != 1 && sx[xd] != s[d]))
+            return lz_errorf("lz_expand: cannot expand %s to %s (axis %d: %lld vs %lld)",
+                             lz_shape_str(sa, nx, sx), lz_shape_str(sb, ndim, shape), d,
+                             xd >= 0 ? (long long)sx[xd] : 1LL, (long long)shape[d]);
+    }
+    lz_tensor *t = lz_record(LZ_OP_EXPAND, lz_t_dtype(x), ndim, s, 1, &x, NULL);
+    lz_ag_attach(t, "lz_expand", expand_backward, 1, &x, NULL);
+    return t;
+}
+
+/* ---- the sum a broadcast's gradient takes ---------------------------------- */
+
+lz_tensor *lz_reduce_to_like(lz_tensor *g, const lz_tensor *like)
+{
+    if (!g || !like) return NULL;
+    int gn = lz_t_ndim(g), ln = lz_t_ndim(like);
+    int axes[LZ_MAX_DIMS], n = 0;
+    for (int d = 0; d < gn; d++) {
+        int ld = d - (gn - ln);
+        if (ld < 0 || (lz_t_shape(like)[ld] == 1 && lz_t_shape(g)[d] != 1)) axes[n++] = d;
+    }
+    if (!n && gn == ln) return lz_same_value(g);
+    lz_tensor *s = n ? lz_sum_axes(g, n, axes, 1) : lz_same_value(g);
+    lz_tensor *r = lz_reshape(s, ln, lz_t_shape(like));
+    lz_free(s);
+    return r;
 }

@@ -1,5 +1,6 @@
-/* Shape ops: reshape, permute, transpose, expand, slice, cat. They record IR
- * only; each backward rule undoes the op's data movement on the gradient. */
+/* Shape ops: reshape, permute, transpose, slice, cat. They record IR only;
+ * each backward rule undoes the op's data movement on the gradient. (expand,
+ * whose gradient is a sum, is reduce.c's.) */
 #include <stdio.h>
 #include <string.h>
 
@@ -118,43 +119,6 @@ lz_tensor *lz_transpose(lz_tensor *x, int axis0, int axis1)
     perm[a0] = a1;
     perm[a1] = a0;
     return lz_permute(x, perm);
-}
-
-/* ---- expand --------------------------------------------------------------- */
-
-static int expand_backward(const lz_ag *ag, lz_tensor *out, lz_tensor *gout, lz_tensor **gin)
-{
-    (void)out;
-    if (!lz_needs_grad(ag->in[0])) return 0;
-    gin[0] = lz_reduce_to_like(gout, ag->in[0]);
-    return gin[0] ? 0 : -1;
-}
-
-lz_tensor *lz_expand(lz_tensor *x, int ndim, const int64_t *shape)
-{
-    if (lz_check_operands("lz_expand", 1, &x)) return NULL;
-    int nx = lz_t_ndim(x);
-    const int64_t *sx = lz_t_shape(x);
-    char sa[96], sb[96];
-    if (ndim > 0 && !shape) return lz_errorf("lz_expand: shape is NULL");
-    if (ndim < nx || ndim > LZ_MAX_DIMS)
-        return lz_errorf("lz_expand: cannot expand %s to %d dimensions",
-                         lz_shape_str(sa, nx, sx), ndim);
-    int64_t s[LZ_MAX_DIMS];
-    int off = ndim - nx;
-    for (int d = 0; d < ndim; d++) {
-        int xd = d - off;
-        s[d] = shape[d];
-        /* -1 keeps the source size, as in torch */
-        if (s[d] == -1 && xd >= 0) s[d] = sx[xd];
-        if (s[d] < 0 || (xd >= 0 && sx[xd] != 1 && sx[xd] != s[d]))
-            return lz_errorf("lz_expand: cannot expand %s to %s (axis %d: %lld vs %lld)",
-                             lz_shape_str(sa, nx, sx), lz_shape_str(sb, ndim, shape), d,
-                             xd >= 0 ? (long long)sx[xd] : 1LL, (long long)shape[d]);
-    }
-    lz_tensor *t = lz_record(LZ_OP_EXPAND, lz_t_dtype(x), ndim, s, 1, &x, NULL);
-    lz_ag_attach(t, "lz_expand", expand_backward, 1, &x, NULL);
-    return t;
 }
 
 /* ---- slice ------------------------------------------------------------------ */

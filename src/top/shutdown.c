@@ -11,7 +11,6 @@
 #include "base/thread.h"
 #include "engine/autocast.h"
 #include "engine/cache.h"
-#include "engine/capture.h"
 #include "engine/step.h"
 #include "engine/tensor.h"
 #include "ops/nn_internal.h"

@@ -27,7 +27,7 @@ int lz_cpu_bf16_amx(void);
 void lz_cpu_bf16_notice(void);
 
 /* The bf16 MATMUL kernel (k_matmul_bf16.c) and the float32 one it falls
-   back on (k_linalg.c), on explicit operand pointers. */
+   back on (k_matmul_f32.c), on explicit operand pointers. */
 const char *lz_cpu_matmul_bf16(const lz_program *p, const lz_instr *s, void *const *ptrs);
 const char *lz_cpu_matmul_f32(const lz_program *p, const lz_instr *s, const float *A,
                               const float *B, float *C);

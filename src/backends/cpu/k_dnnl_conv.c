@@ -66,6 +66,15 @@ int lz_dnnl_conv_enabled(void)
 
 void lz_dnnl_conv_set(int on) { forced = on < 0 ? -1 : on > LZ_DNNL_CONV_TUNE ? LZ_DNNL_CONV_TUNE : on; }
 
+int lz_cpu_layout_block(void)
+{
+    if (!lz_dnnl_conv_enabled()) return 0;   /* im2col reads plain layouts only */
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
+    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
+    return 0;
+}
+
 /* A counter below, read under the lock that guards its updates. */
 static int64_t locked_read(const int64_t *counter)
 {

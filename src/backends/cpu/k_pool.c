@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "backends/cpu/k_pool.h"
+#include "backends/cpu/k_pool_blocked.h"
+#include "backends/cpu/pool_window.h"
 
 /* torch's avg_pool2d divisor: the window clipped to the padded input, or to
    the input alone without count_include_pad. */

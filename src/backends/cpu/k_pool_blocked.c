@@ -9,7 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "backends/cpu/k_pool.h"
+#include "backends/cpu/k_pool_blocked.h"
+#include "backends/cpu/pool_window.h"
 
 #define LANES 16   /* lanes done at a time: a block of 16 or 8 is one pass */
 

@@ -109,18 +109,19 @@ int lz_cpu_dnnl_conv_takes_blocked(const lz_program *p, const lz_instr *s, int b
 /* Whether step s is a convolution (any direction) with a bf16 operand:
    autocast's (k_dnnl_conv.c). */
 int lz_cpu_conv_is_bf16(const lz_program *p, const lz_instr *s);
-/* Blocked layouts on the CPU (operand_layouts.c): the ISA's channel block
-   (16 with AVX-512, 8 with AVX2, 0 without oneDNN's convolutions), and
-   the lz_backend hooks: program p's block (lz_backend.layout_block) and
-   how each step takes its values. */
+/* The ISA's channel block, the one oneDNN's convolutions run on (16 with
+   AVX-512, 8 with AVX2, 0 without oneDNN's convolutions) (k_dnnl_conv.c). */
 int  lz_cpu_layout_block(void);
+/* Blocked layouts on the CPU (operand_layouts.c), the lz_backend hooks:
+   program p's block (lz_backend.layout_block) and how each step takes its
+   values. */
 int  lz_cpu_program_block(const lz_program *p);
 void lz_cpu_operand_layouts(const lz_program *p, const lz_instr *s, int b, uint8_t *how);
 /* Whether autocast's rule keeps a convolution of this shape float32
    (k_dnnl_conv.c; product_choice.c asks it). */
 int lz_cpu_conv_f32_faster(const int64_t *x, const int64_t *w, const int64_t *y,
                            const int *stride, const int *dilation, int groups);
-/* Makes oneDNN's sgemm kernels now (k_linalg.c): once a process, a product
+/* Makes oneDNN's sgemm kernels now (k_matmul_f32.c): once a process, a product
    of 8x8x8 on zeros. */
 void lz_cpu_sgemm_make_kernels(void);
 /* Frees the oneDNN engine and stream once no prepared step holds them. */
@@ -157,7 +158,7 @@ int lz_cpu_conv_can_gather(const lz_program *p, const lz_instr *s);
 int lz_cpu_conv_by_rule_gathers(const lz_program *p, const lz_instr *s);
 
 /* Strides (in elements) that read `in` broadcast to out's shape, aligned
-   to out's ndim (0 on broadcast axes). */
+   to out's ndim (0 on broadcast axes) (strides.c). */
 void lz_broadcast_strides(const lz_value *in, const lz_value *out, int64_t *strides);
 /* The axes of out's element order and the strides (in elements) that read
    `in` along them, broadcast: out's own axes, or for a channel-blocked out

@@ -11,22 +11,11 @@
  * hardtanh and its gradient among them (an operand of another shape, a
  * per-channel bias say, is read plain through the blocked order:
  * lz_order_strides). */
-#include <dnnl.h>
-
 #include "backend/backend.h"
 #include "backends/cpu/bf16_isa.h"
 #include "backends/cpu/k_batch_norm_nhwc.h"
 #include "backends/cpu/kernels.h"
 #include "base/switches.h"
-
-int lz_cpu_layout_block(void)
-{
-    if (!lz_dnnl_conv_enabled()) return 0;   /* im2col reads plain layouts only */
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
-    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
-    return 0;
-}
 
 static int has_bf16_conv(const lz_program *p)
 {

@@ -141,7 +141,7 @@ typedef struct lz_cu_plan {
 lz_cu_plan *lz_cu_plan_make(const lz_program *p, char *err, size_t errn);
 void lz_cu_plan_free(lz_cu_plan *pl);
 
-/* ---- for the family planners (f_*.c) ---- */
+/* ---- for the family planners (f_*.c): planner.c ---- */
 typedef struct lz_cu_planner {
     lz_cu_plan *plan;
     int step;                /* the step being planned */

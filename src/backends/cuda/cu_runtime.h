@@ -86,6 +86,7 @@ const char *lz_cu_run(lz_backend_exec *e, void *const *ptrs, void *arena);
 void lz_cu_ready(lz_backend_exec *e, void *arena, size_t arena_bytes);
 void lz_cu_release(lz_backend_exec *e);
 
+/* ---- cu_issue.c ---- */
 /* Issues every action of the plan on stream s with the values at ptrs
    (the step's scratch at arena + its offset): eagerly, or into a graph
    being captured on s. *launches counts the kernels and library calls.

@@ -77,9 +77,9 @@ if(LZ_HAVE_CUDA)
     DEPENDS ${_cu_paths} ${_cu}/embed.cmake
     COMMENT "Embedding the CUDA kernel sources")
 
-  set(_cu_plan_sources ${_cu}/plan.c ${_cu}/codegen.c ${_cu}/nvrtc_cache.c ${_cu}/f_shape.c
-      ${_cu}/f_nn.c ${_cu}/f_reduce.c ${_cu}/f_softmax.c ${_cu}/f_norm.c ${_cu}/f_pool.c
-      ${_cu}/f_matmul.c ${_cu}/f_conv.c ${_cu}/f_index.c ${CMAKE_BINARY_DIR}/cu_sources.c)
+  set(_cu_plan_sources ${_cu}/plan.c ${_cu}/planner.c ${_cu}/codegen.c ${_cu}/nvrtc_cache.c
+      ${_cu}/f_shape.c ${_cu}/f_nn.c ${_cu}/f_reduce.c ${_cu}/f_softmax.c ${_cu}/f_norm.c
+      ${_cu}/f_pool.c ${_cu}/f_matmul.c ${_cu}/f_conv.c ${_cu}/f_index.c ${CMAKE_BINARY_DIR}/cu_sources.c)
   add_library(lazyc_cuda_plan STATIC ${_cu_plan_sources})
   set_target_properties(lazyc_cuda_plan PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden)
   target_include_directories(lazyc_cuda_plan PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)

@@ -1,6 +1,6 @@
 /* Max, average and adaptive-average pooling and their gradients
  * (kernels/k_pool.cu), with the window attributes the CPU's kernels read
- * (backends/cpu/k_pool.h: kernel h, w, stride h, w, padding h, w, ceil
+ * (backends/cpu/pool_window.h: kernel h, w, stride h, w, padding h, w, ceil
  * mode, count_include_pad). */
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Max, average and adaptive-average 2-d pooling (NCHW) and their
  * gradients, with torch's window rules as the CPU's (backends/cpu/
- * k_pool.c, k_pool.h): windows clipped to the input, the ceil mode's
+ * k_pool.c, pool_window.h): windows clipped to the input, the ceil mode's
  * extra row already in the output's shape, the average's divisor with or
  * without the padding, the max's first maximum or last NaN. Own kernels
  * rather than cuDNN's: its pooling descriptor has no ceil mode and one
