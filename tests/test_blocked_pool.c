@@ -139,8 +139,8 @@ static int run_case(const pool_case *c, int b)
     for (int k = 0; k < 2; k++) {
         prog[k].n_values = nv;
         prog[k].values = vals[k];
-        prog[k].n_steps = 1;
-        prog[k].steps = &st;
+        prog[k].n_instrs = 1;
+        prog[k].instrs = &st;
     }
     lz_kernel kern = lz_cpu_pool_kernel(c->op);
     CHECK(kern != NULL);

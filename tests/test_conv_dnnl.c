@@ -252,13 +252,13 @@ static void check_tuned(const int64_t *xs, const int64_t *ws, lz_conv2d_opts o, 
    runs (written at or before i, read at or after i). */
 static int scratch_overlaps_live(const lz_program *p, int i)
 {
-    const lz_instr *s = &p->steps[i];
+    const lz_instr *s = &p->instrs[i];
     const size_t lo = s->scratch_offset, hi = lo + s->scratch_bytes;
     for (int v = 0; v < p->n_values; v++) {
         if (p->values[v].kind != LZ_VALUE_TEMP) continue;
         int first = -1, last = -1;
-        for (int j = 0; j < p->n_steps; j++) {
-            const lz_instr *t = &p->steps[j];
+        for (int j = 0; j < p->n_instrs; j++) {
+            const lz_instr *t = &p->instrs[j];
             int touches = t->out == v;
             for (int k = 0; t->fused && k < t->fused->n_extra; k++) touches |= t->fused->extra[k] == v;
             if (touches && first < 0) first = j;
@@ -296,8 +296,8 @@ static void two_convs(int mode, int inspect, const int64_t *xs, int64_t c1, int6
         lz_executable *e = lz_test_compile_step(read, 3);
         CHECK(e != NULL);
         int with_scratch = 0;
-        for (int i = 0; e && i < e->prog.n_steps; i++) {
-            const lz_instr *s = &e->prog.steps[i];
+        for (int i = 0; e && i < e->prog.n_instrs; i++) {
+            const lz_instr *s = &e->prog.instrs[i];
             if (!s->scratch_bytes) continue;
             with_scratch++;
             CHECK(s->scratch_offset + s->scratch_bytes <= e->prog.arena_bytes);
@@ -372,8 +372,8 @@ static void rows_step(int blocked, rows_run *r)
     lz_tensor *read[5] = {loss, lz_grad(w[0]), lz_grad(w[1]), lz_grad(w[2]), lz_grad(w[3])};
     lz_executable *e = lz_test_compile_step(read, 5);
     CHECK(e != NULL);
-    for (int i = 0; e && i < e->prog.n_steps; i++) {
-        const lz_instr *st = &e->prog.steps[i];
+    for (int i = 0; e && i < e->prog.n_instrs; i++) {
+        const lz_instr *st = &e->prog.instrs[i];
         if (st->op == LZ_OP_CONV2D_GRAD_WEIGHT)
             r->blocked += e->prog.values[st->in[0]].block || e->prog.values[st->in[1]].block;
     }

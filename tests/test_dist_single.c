@@ -77,13 +77,13 @@ static void test_schedule(void)
         steps[i].n_in = ops[i] == LZ_OP_ADD ? 2 : 1;
         steps[i].in = in[i];
     }
-    lz_program p = {.n_values = 9, .values = values, .n_steps = 8, .steps = steps};
+    lz_program p = {.n_values = 9, .values = values, .n_instrs = 8, .instrs = steps};
     lz_schedule_collectives(&p, 0x1234);
     const int want[8] = {1, 4, 5, 2, 3, 7, 6, 8};   /* the steps, by the value each makes */
-    for (int i = 0; i < 8; i++) CHECK_EQ_I(p.steps[i].out, want[i]);
-    CHECK_EQ_I(p.steps[2].op, LZ_OP_ALLREDUCE_START);
-    CHECK_EQ_I(p.steps[2].iattr[0], 0x1234);   /* the graph, in the signature */
-    CHECK_EQ_I(p.steps[2].iattr[1], 0);        /* its first sum */
+    for (int i = 0; i < 8; i++) CHECK_EQ_I(p.instrs[i].out, want[i]);
+    CHECK_EQ_I(p.instrs[2].op, LZ_OP_ALLREDUCE_START);
+    CHECK_EQ_I(p.instrs[2].iattr[0], 0x1234);   /* the graph, in the signature */
+    CHECK_EQ_I(p.instrs[2].iattr[1], 0);        /* its first sum */
 }
 
 int main(void)

@@ -149,8 +149,8 @@ static void step(int mode, dw_run *r)
     lz_tensor *read[3] = {lz_grad(w[0]), lz_grad(w[1]), lz_grad(w[2])};
     lz_executable *e = lz_test_compile_step(read, 3);
     CHECK(e != NULL);
-    for (int i = 0; e && i < e->prog.n_steps; i++) {
-        const lz_instr *st = &e->prog.steps[i];
+    for (int i = 0; e && i < e->prog.n_instrs; i++) {
+        const lz_instr *st = &e->prog.instrs[i];
         if (st->op == LZ_OP_CONV2D_GRAD_WEIGHT && st->iattr[6] > 1)
             r->blocks = (e->prog.values[st->in[0]].block != 0) + (e->prog.values[st->in[1]].block != 0);
     }

@@ -81,10 +81,10 @@ static void check_update_sinks(void)
     lz_tensor *roots[2] = {upd, y};
     compiled c = compile_roots(roots, 2);
     const lz_program *prog = &c.exe->prog;
-    CHECK_EQ_I(prog->n_steps, 2);
+    CHECK_EQ_I(prog->n_instrs, 2);
     CHECK_EQ_I(prog->commit_from, 1);
-    CHECK_EQ_I(prog->steps[1].op, LZ_OP_FUSED_ELEMENTWISE);
-    CHECK_EQ_I(prog->steps[0].op, LZ_OP_MATMUL);
+    CHECK_EQ_I(prog->instrs[1].op, LZ_OP_FUSED_ELEMENTWISE);
+    CHECK_EQ_I(prog->instrs[0].op, LZ_OP_MATMUL);
     CHECK(may(&c, upd, p));
     CHECK(may(&c, upd, g));
     CHECK(!may(&c, upd, x));      /* another size */
@@ -106,7 +106,7 @@ static void check_fallible_reader_keeps_order(void)
     lz_tensor *roots[2] = {upd, z};
     compiled c = compile_roots(roots, 2);
     const lz_program *prog = &c.exe->prog;
-    CHECK_EQ_I(prog->commit_from, prog->n_steps);
+    CHECK_EQ_I(prog->commit_from, prog->n_instrs);
     CHECK(!may(&c, upd, p));
     release(&c);
     lz_tensor *all[6] = {p, g, lr, step, upd, z};
@@ -126,7 +126,7 @@ static void check_reads_after_the_write(void)
     lz_tensor *roots[3] = {a, b, c2};
     compiled c = compile_roots(roots, 3);
     const lz_program *prog = &c.exe->prog;
-    CHECK_EQ_I(prog->n_steps, 1);
+    CHECK_EQ_I(prog->n_instrs, 1);
     CHECK_EQ_I(prog->commit_from, 0);
     CHECK(!may(&c, a, p));
     CHECK(may(&c, b, p));

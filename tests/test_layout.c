@@ -65,22 +65,22 @@ static void value(hand *h, int v, int kind, int64_t c, int64_t hw)
 
 static void step(hand *h, int op, int out, int a, int b)
 {
-    lz_instr *s = &h->s[h->p.n_steps];
+    lz_instr *s = &h->s[h->p.n_instrs];
     memset(s, 0, sizeof *s);
     s->op = (uint16_t)op;
     s->out = out;
-    s->in = h->in[h->p.n_steps];
+    s->in = h->in[h->p.n_instrs];
     s->in[0] = a;
     s->in[1] = b;
     s->n_in = b < 0 ? 1 : 2;
-    h->p.n_steps++;
+    h->p.n_instrs++;
 }
 
 static void hand_init(hand *h)
 {
     memset(h, 0, sizeof *h);
     h->p.values = h->v;
-    h->p.steps = h->s;
+    h->p.instrs = h->s;
 }
 
 static void check_pass_rules(void)
@@ -261,8 +261,8 @@ static void run_step(int blocked, int fusion, int bf16, outcome *o)
         o->blocked_nhwc += val->block != 0 && val->block == val->shape[1];
         if (val->block && val->kind != LZ_VALUE_TEMP) o->boundary_ok = 0;
     }
-    for (int i = 0; e && i < e->prog.n_steps; i++) {
-        const lz_instr *st = &e->prog.steps[i];
+    for (int i = 0; e && i < e->prog.n_instrs; i++) {
+        const lz_instr *st = &e->prog.instrs[i];
         const lz_value *out = &e->prog.values[st->out];
         o->cat_nhwc |= st->op == LZ_OP_CAT && out->block > 16 && out->block == out->shape[1];
     }

@@ -1,5 +1,5 @@
-/* Lowering: one value per graph node, one step per pending node, in
- * post-order; then the passes that take kernels out (shape steps that need
+/* Lowering: one value per graph node, one instruction per pending node, in
+ * post-order; then the passes that take kernels out (shape instructions that need
  * none: fold_expand.c, fold_slice_grad.c; fusion: fuse_bn_act.c,
  * fold_casts.c, fuse.c;
  * reshapes as views: views.c; the in-place tail: inplace.c), the backend's
@@ -49,8 +49,8 @@ static void lower(const lz_graph *g, lz_program *p)
 {
     p->n_values = g->n_nodes;
     p->values = lz_host_calloc((size_t)g->n_nodes, sizeof *p->values);
-    p->steps = lz_host_calloc((size_t)g->n_nodes, sizeof *p->steps);
-    if (!p->values || !p->steps) {
+    p->instrs = lz_host_calloc((size_t)g->n_nodes, sizeof *p->instrs);
+    if (!p->values || !p->instrs) {
         p->out_of_memory = 1;
         return;
     }
@@ -70,7 +70,7 @@ static void lower(const lz_graph *g, lz_program *p)
             v->slot = g->slot_of[i];
             continue;
         }
-        lz_instr *s = &p->steps[p->n_steps++];
+        lz_instr *s = &p->instrs[p->n_instrs++];
         s->op = n->op;
         s->out = i;
         s->n_in = n->n_src;

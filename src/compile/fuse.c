@@ -1,14 +1,14 @@
 /* Fusion of element-wise chains: a run of consecutive element-wise f32
- * steps over the same number of elements (the last ones may be casts of
- * their results to bf16) becomes one step that makes a
+ * instructions over the same number of elements (the last ones may be casts of
+ * their results to bf16) becomes one instruction that makes a
  * single pass over memory (the CPU kernel is backends/cpu/k_fused.c). A
  * result is written to memory only when something outside the run needs
- * it: a graph output, or a later step. The others stay in the kernel's
+ * it: a graph output, or a later instruction. The others stay in the kernel's
  * tiles, which is where the memory traffic of an optimizer update or a
  * bias-add-activation chain goes away.
  *
- * Only consecutive steps are fused, so the schedule order (and with it
- * every step outside a run) is unchanged. Operands from outside the run
+ * Only consecutive instructions are fused, so the schedule order (and with it
+ * every instruction outside a run) is unchanged. Operands from outside the run
  * are read in the group's element order (same number of elements: a
  * broadcast that adds no elements moves none), as one element (scalars)
  * or through broadcast strides (per-channel terms).
@@ -34,7 +34,7 @@ static int fusable(const lz_program *p, const lz_instr *s)
     return (o->dtype == LZ_F32 || bf16_cast) && o->numel > 0;
 }
 
-/* Builds the fused step for the steps old[idx[0..n)] into *dst. uses[v]
+/* Builds the fused instruction for the instructions old[idx[0..n)] into *dst. uses[v]
    counts the operand slots that read value v in the whole program. -1 when
    out of memory (*dst untouched). */
 static int fuse_run(const lz_program *p, const lz_instr *old, const int *idx, int n,
@@ -88,10 +88,10 @@ static int fuse_run(const lz_program *p, const lz_instr *old, const int *idx, in
     return 0;
 }
 
-/* Groups being collected. A group is emitted (and so runs) when a step
-   outside it reads one of its results, so every step emitted while it is
+/* Groups being collected. A group is emitted (and so runs) when an instruction
+   outside it reads one of its results, so every instruction emitted while it is
    open reads none of them and may run before it: that is what lets a
-   chain fuse across the steps interleaved with it (the reshape of a
+   chain fuse across the instructions interleaved with it (the reshape of a
    per-channel weight, the whole backward pass between an optimizer's
    momentum decay and the gradient it is added to). */
 #define MAX_OPEN 32
@@ -106,7 +106,7 @@ typedef struct fuser {
     const lz_program *p;
     const lz_instr *old;
     const int *uses;
-    int *pending;            /* value -> reads by steps not yet seen */
+    int *pending;            /* value -> reads by instructions not yet seen */
     int *owner;              /* value -> open group producing it, or -1 */
     group open[MAX_OPEN];
     long opened;
@@ -117,7 +117,7 @@ typedef struct fuser {
 static void emit(fuser *fz, int gi)
 {
     group *g = &fz->open[gi];
-    /* out of memory, a group runs unfused: the same steps in order */
+    /* out of memory, a group runs unfused: the same instructions in order */
     if (g->n == 1 || fuse_run(fz->p, fz->old, g->idx, g->n, fz->uses, &fz->out[fz->n_out]) != 0)
         for (int k = 0; k < g->n; k++) fz->out[fz->n_out++] = fz->old[g->idx[k]];
     else
@@ -141,17 +141,17 @@ static int open_group(fuser *fz, int64_t numel)
     return slot;
 }
 
-/* Moves each bf16 cast of an element-wise step's result to just after
-   that step. Autograd records a product's cast where the product is, and
+/* Moves each bf16 cast of an element-wise instruction's result to just after
+   that instruction. Autograd records a product's cast where the product is, and
    in the backward pass a reduction often comes between (a bias's
    gradient sums the same values the convolution's cast reads): the group
    would run before the cast arrived, and the cast would read the float32
    result back from memory as a kernel of its own. Moving it up is a valid
-   order (its one input is ready there); its result lives a few steps
+   order (its one input is ready there); its result lives a few instructions
    longer. */
 static void hoist_casts(lz_program *p)
 {
-    const int n = p->n_steps;
+    const int n = p->n_instrs;
     int *cast_of = lz_host_malloc(sizeof *cast_of * (size_t)(p->n_values ? p->n_values : 1));
     int *next = lz_host_malloc(sizeof *next * (size_t)n);
     char *moved = lz_host_calloc((size_t)n, 1);
@@ -160,10 +160,10 @@ static void hoist_casts(lz_program *p)
         free(cast_of); free(next); free(moved); free(order);
         return;
     }
-    /* cast_of[v]: the first cast step reading v, next[i]: the one after i */
+    /* cast_of[v]: the first cast instruction reading v, next[i]: the one after i */
     for (int v = 0; v < p->n_values; v++) cast_of[v] = -1;
     for (int i = n - 1; i >= 0; i--) {
-        const lz_instr *s = &p->steps[i];
+        const lz_instr *s = &p->instrs[i];
         next[i] = -1;
         if (s->op != LZ_OP_CAST || s->n_in != 1 || !fusable(p, s)) continue;
         next[i] = cast_of[s->in[0]];
@@ -172,40 +172,40 @@ static void hoist_casts(lz_program *p)
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (moved[i]) continue;
-        order[k++] = p->steps[i];
-        if (!fusable(p, &p->steps[i])) continue;
-        for (int c = cast_of[p->steps[i].out]; c >= 0; c = next[c])
+        order[k++] = p->instrs[i];
+        if (!fusable(p, &p->instrs[i])) continue;
+        for (int c = cast_of[p->instrs[i].out]; c >= 0; c = next[c])
             if (c > i) {
-                order[k++] = p->steps[c];
+                order[k++] = p->instrs[c];
                 moved[c] = 1;
             }
     }
     assert(k == n);
-    memcpy(p->steps, order, sizeof *order * (size_t)n);
+    memcpy(p->instrs, order, sizeof *order * (size_t)n);
     free(cast_of); free(next); free(moved); free(order);
 }
 
 void lz_fuse(lz_program *p)
 {
-    if (!lz_fusion_enabled() || p->n_steps < 2) return;
+    if (!lz_fusion_enabled() || p->n_instrs < 2) return;
     hoist_casts(p);
-    fuser fz = {.p = p, .old = p->steps};
+    fuser fz = {.p = p, .old = p->instrs};
     int *uses = lz_host_calloc((size_t)(p->n_values ? p->n_values : 1), sizeof *uses);
     fz.owner = lz_host_malloc(sizeof *fz.owner * (size_t)(p->n_values ? p->n_values : 1));
     fz.pending = lz_host_malloc(sizeof *fz.pending * (size_t)(p->n_values ? p->n_values : 1));
-    fz.out = lz_host_calloc((size_t)p->n_steps, sizeof *fz.out);
+    fz.out = lz_host_calloc((size_t)p->n_instrs, sizeof *fz.out);
     if (!uses || !fz.owner || !fz.pending || !fz.out) {   /* the program stays unfused */
         free(uses); free(fz.owner); free(fz.pending); free(fz.out);
         return;
     }
     fz.uses = uses;
     for (int v = 0; v < p->n_values; v++) fz.owner[v] = -1;
-    for (int i = 0; i < p->n_steps; i++)
-        for (int a = 0; a < p->steps[i].n_in; a++) uses[p->steps[i].in[a]]++;
+    for (int i = 0; i < p->n_instrs; i++)
+        for (int a = 0; a < p->instrs[i].n_in; a++) uses[p->instrs[i].in[a]]++;
     memcpy(fz.pending, uses, sizeof *uses * (size_t)p->n_values);
 
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_instr *s = &p->steps[i];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const lz_instr *s = &p->instrs[i];
         int ok = fusable(p, s), join = -1;
         int64_t numel = p->values[s->out].numel;
         for (int a = 0; a < s->n_in; a++) fz.pending[s->in[a]]--;
@@ -226,10 +226,10 @@ void lz_fuse(lz_program *p)
         group *g = &fz.open[join];
         g->idx[g->n++] = i;
         fz.owner[s->out] = join;
-        /* only a step that reads a group's result can join it: with none
+        /* only an instruction that reads a group's result can join it: with none
            left to come, waiting would only keep its operands alive */
         int waiting = 0;
-        for (int k = 0; k < g->n && !waiting; k++) waiting = fz.pending[p->steps[g->idx[k]].out] > 0;
+        for (int k = 0; k < g->n && !waiting; k++) waiting = fz.pending[p->instrs[g->idx[k]].out] > 0;
         if (g->n == LZ_FUSED_MAX_OPS || !waiting) emit(&fz, join);
     }
     /* open groups read nothing of each other: any order will do */
@@ -242,9 +242,9 @@ void lz_fuse(lz_program *p)
         emit(&fz, first);
     }
     assert(fz.n_out <= p->n_steps);
-    free(p->steps);
-    p->steps = fz.out;
-    p->n_steps = fz.n_out;
+    free(p->instrs);
+    p->instrs = fz.out;
+    p->n_instrs = fz.n_out;
     free(fz.owner);
     free(fz.pending);
     free(uses);

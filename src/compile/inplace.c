@@ -1,21 +1,21 @@
 /* In-place updates (docs/design.md, semantic 7). A captured replay, or a lazy
- * full step, donates the buffers of the parameters and optimizer state it
- * updates: the new value is written over the old one, so a step holds one
+ * full instruction, donates the buffers of the parameters and optimizer state it
+ * updates: the new value is written over the old one, so an instruction holds one
  * copy of the model's state, not two. Which output may take which input's
  * memory is decided here, once per executable; the caller proposes the
  * pairs (the state it updates: engine/capture_bind.c, engine/step.c) and
  * lz_program_may_overwrite answers.
  *
- * An output may overwrite an input when the step writing it runs after
+ * An output may overwrite an input when the instruction writing it runs after
  * every read of the input, or is the input's last reader and reads it
- * element by element at the index it writes (a fused element-wise step:
+ * element by element at the index it writes (a fused element-wise instruction:
  * the micro-op writing the output, and every one before it, reads the
  * input contiguously; none after it reads the input).
  *
- * The fused steps that could do so move to the end of the schedule, with
- * every step that reads their results: the commit tail. Its kernels have
+ * The fused instructions that could do so move to the end of the schedule, with
+ * every instruction that reads their results: the commit tail. Its kernels have
  * no failure of their own, and the backend checks the tail's injected
- * faults before the first of them runs, so a step that fails has written
+ * faults before the first of them runs, so an instruction that fails has written
  * nothing over its inputs: what it would have updated keeps its previous
  * value (test_fault). Moving them costs nothing: an update reads a
  * gradient and writes state, and both are kept anyway. */
@@ -31,7 +31,7 @@ static int reads_in_place(const lz_fused_arg *a, int64_t numel)
     return a->kind == LZ_FUSED_CONTIG || (a->kind == LZ_FUSED_SCALAR && numel == 1);
 }
 
-/* Whether the fused step s writes value out at micro-op m (returned) and
+/* Whether the fused instruction s writes value out at micro-op m (returned) and
    reads value in only at micro-ops up to m, in place; -1 if not. */
 static int same_index_writer(const lz_program *p, const lz_instr *s, int out, int in)
 {
@@ -50,11 +50,11 @@ static int same_index_writer(const lz_program *p, const lz_instr *s, int out, in
     return m;
 }
 
-/* Step i writes an output that some same-sized input could give its
+/* Instruction i writes an output that some same-sized input could give its
    memory to, were i its last reader. */
 static int could_overwrite(const lz_program *p, int i)
 {
-    const lz_instr *s = &p->steps[i];
+    const lz_instr *s = &p->instrs[i];
     if (!s->fused) return 0;
     for (int k = -1; k < s->fused->n_extra; k++) {
         int o = k < 0 ? s->out : s->fused->extra[k];
@@ -70,14 +70,14 @@ static int could_overwrite(const lz_program *p, int i)
     return 0;
 }
 
-/* Adds step c to the tail with every later step that reads what they
-   write, unless one of those is not a fused element-wise step. */
+/* Adds instruction c to the tail with every later instruction that reads what they
+   write, unless one of those is not a fused element-wise instruction. */
 static void mark_with_readers(const lz_program *p, int c, char *tail, char *mine, char *made)
 {
-    memset(mine, 0, (size_t)p->n_steps);
+    memset(mine, 0, (size_t)p->n_instrs);
     memset(made, 0, (size_t)p->n_values);
-    for (int j = c; j < p->n_steps; j++) {
-        const lz_instr *s = &p->steps[j];
+    for (int j = c; j < p->n_instrs; j++) {
+        const lz_instr *s = &p->instrs[j];
         int reached = j == c;
         for (int k = 0; k < s->n_in && !reached; k++) reached = made[lz_memory_of(p, s->in[k])];
         if (!reached) continue;
@@ -86,24 +86,24 @@ static void mark_with_readers(const lz_program *p, int c, char *tail, char *mine
         made[s->out] = 1;
         for (int k = 0; k < s->fused->n_extra; k++) made[s->fused->extra[k]] = 1;
     }
-    for (int j = c; j < p->n_steps; j++) tail[j] |= mine[j];
+    for (int j = c; j < p->n_instrs; j++) tail[j] |= mine[j];
 }
 
 static void sink_tail(lz_program *p, const char *tail)
 {
-    lz_instr *order = lz_host_malloc(sizeof *order * (size_t)(p->n_steps + 1));
+    lz_instr *order = lz_host_malloc(sizeof *order * (size_t)(p->n_instrs + 1));
     if (!order) {
         p->out_of_memory = 1;
         return;
     }
     int n = 0;
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < p->n_steps; i++)
+        for (int i = 0; i < p->n_instrs; i++)
             if (!tail[i] == !pass) {
-                if (pass && p->commit_from == p->n_steps) p->commit_from = n;
-                order[n++] = p->steps[i];
+                if (pass && p->commit_from == p->n_instrs) p->commit_from = n;
+                order[n++] = p->instrs[i];
             }
-    memcpy(p->steps, order, sizeof *order * (size_t)n);
+    memcpy(p->instrs, order, sizeof *order * (size_t)n);
     free(order);
 }
 
@@ -124,8 +124,8 @@ static void record_uses(lz_program *p)
         if (val->kind == LZ_VALUE_OUTPUT) p->output_value[val->slot] = v;
         if (val->kind == LZ_VALUE_INPUT) p->input_value[val->slot] = v;
     }
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_instr *s = &p->steps[i];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const lz_instr *s = &p->instrs[i];
         for (int k = -1; k < (s->fused ? s->fused->n_extra : 0); k++) {
             const lz_value *v = &p->values[k < 0 ? s->out : s->fused->extra[k]];
             if (v->kind == LZ_VALUE_OUTPUT) p->written_by[v->slot] = i;
@@ -139,15 +139,15 @@ static void record_uses(lz_program *p)
 
 void lz_plan_inplace(lz_program *p)
 {
-    p->commit_from = p->n_steps;
-    char *tail = lz_host_calloc((size_t)p->n_steps + 1, 1);
-    char *mine = lz_host_malloc((size_t)p->n_steps + 1), *made = lz_host_malloc((size_t)p->n_values + 1);
+    p->commit_from = p->n_instrs;
+    char *tail = lz_host_calloc((size_t)p->n_instrs + 1, 1);
+    char *mine = lz_host_malloc((size_t)p->n_instrs + 1), *made = lz_host_malloc((size_t)p->n_values + 1);
     if (!tail || !mine || !made) {
         free(tail); free(mine); free(made);
         p->out_of_memory = 1;
         return;
     }
-    for (int i = 0; i < p->n_steps; i++)
+    for (int i = 0; i < p->n_instrs; i++)
         if (!tail[i] && could_overwrite(p, i)) mark_with_readers(p, i, tail, mine, made);
     sink_tail(p, tail);
     free(tail);
@@ -168,5 +168,5 @@ int lz_program_may_overwrite(const lz_program *p, int out_slot, int in_slot)
     int w = p->written_by[out_slot], r = p->last_read_by[in_slot];
     if (w < p->commit_from) return 0;   /* only the tail writes over inputs */
     if (r != w) return r < w;
-    return same_index_writer(p, &p->steps[w], out, in) >= 0;
+    return same_index_writer(p, &p->instrs[w], out, in) >= 0;
 }

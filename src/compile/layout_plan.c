@@ -59,8 +59,8 @@ static int eligible(const lz_value *v, int b)
            v->shape[2] * v->shape[3] > 1;
 }
 
-/* The values of step s and how its kernel takes each: its inputs, its
-   output, and a fused step's other stored results (taken as its output). */
+/* The values of instruction s and how its kernel takes each: its inputs, its
+   output, and a fused instruction's other stored results (taken as its output). */
 static int step_values(const lz_instr *s, const uint8_t *how, int *v, uint8_t *h)
 {
     int n = 0;
@@ -74,14 +74,14 @@ static int step_values(const lz_instr *s, const uint8_t *how, int *v, uint8_t *h
     return n;
 }
 
-/* One pass over the steps; whether any value lost candidacy. v and h
-   hold a step's values (step_values). */
+/* One pass over the instructions; whether any value lost candidacy. v and h
+   hold an instruction's values (step_values). */
 static int drop_candidates(const lz_program *p, uint8_t *const *how, char *cand, int b, int *v,
                            uint8_t *h)
 {
     int changed = 0;
-    for (int i = 0; i < p->n_steps; i++) {
-        const int n = step_values(&p->steps[i], how[i], v, h);
+    for (int i = 0; i < p->n_instrs; i++) {
+        const int n = step_values(&p->instrs[i], how[i], v, h);
         int group_ok = 1;
         for (int k = 0; k < n; k++) {
             if (h[k] == LZ_TAKES_PLAIN && cand[v[k]]) {
@@ -105,31 +105,31 @@ void lz_plan_layouts(lz_program *p, const lz_backend *be)
     if (!lz_blocked_layouts_enabled() || !be->layout_block || !be->operand_layouts) return;
     const int b = be->layout_block(p);
     if ((b <= 0 && b != LZ_BLOCK_CHANNELS_LAST) || p->n_values == 0) return;
-    int most = 1;   /* values of the step with the most */
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_instr *s = &p->steps[i];
+    int most = 1;   /* values of the instruction with the most */
+    for (int i = 0; i < p->n_instrs; i++) {
+        const lz_instr *s = &p->instrs[i];
         const int n = s->n_in + 1 + (s->fused ? s->fused->n_extra : 0);
         if (n > most) most = n;
     }
     char *cand = calloc((size_t)p->n_values, 1);
-    uint8_t **how = calloc((size_t)(p->n_steps ? p->n_steps : 1), sizeof *how);
-    int *vals = malloc(sizeof *vals * (size_t)most);   /* one step's values, and how */
+    uint8_t **how = calloc((size_t)(p->n_instrs ? p->n_instrs : 1), sizeof *how);
+    int *vals = malloc(sizeof *vals * (size_t)most);   /* one instruction's values, and how */
     uint8_t *hows = malloc((size_t)most);
     int ok = cand && how && vals && hows;
     for (int v = 0; ok && v < p->n_values; v++) cand[v] = (char)eligible(&p->values[v], b);
     for (int v = 0; ok && v < p->n_values; v++)   /* a view reads its source plain */
         if (p->values[v].kind == LZ_VALUE_VIEW) cand[p->values[v].view_of] = 0;
-    for (int i = 0; ok && i < p->n_steps; i++) {
-        how[i] = malloc((size_t)p->steps[i].n_in + 1);
+    for (int i = 0; ok && i < p->n_instrs; i++) {
+        how[i] = malloc((size_t)p->instrs[i].n_in + 1);
         ok = how[i] != NULL;
-        if (ok) be->operand_layouts(p, &p->steps[i], b, how[i]);
+        if (ok) be->operand_layouts(p, &p->instrs[i], b, how[i]);
     }
     if (ok) {
-        /* a fused step's unstored results are in no memory: not blocked */
+        /* a fused instruction's unstored results are in no memory: not blocked */
         char *seen = calloc((size_t)p->n_values, 1);
         ok = seen != NULL;
-        for (int i = 0; ok && i < p->n_steps; i++) {
-            const int n = step_values(&p->steps[i], how[i], vals, hows);
+        for (int i = 0; ok && i < p->n_instrs; i++) {
+            const int n = step_values(&p->instrs[i], how[i], vals, hows);
             for (int k = 0; k < n; k++) seen[vals[k]] = 1;
         }
         for (int k = 0; ok && k < p->n_values; k++) cand[k] &= seen[k];
@@ -139,7 +139,7 @@ void lz_plan_layouts(lz_program *p, const lz_backend *be)
         while (drop_candidates(p, how, cand, b, vals, hows)) {}
     for (int v = 0; ok && v < p->n_values; v++)
         p->values[v].block = cand[v] ? (uint16_t)block_of(&p->values[v], b) : 0;
-    for (int i = 0; how && i < p->n_steps; i++) free(how[i]);
+    for (int i = 0; how && i < p->n_instrs; i++) free(how[i]);
     free(how);
     free(cand);
     free(vals);

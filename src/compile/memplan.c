@@ -1,7 +1,7 @@
 /* Memory planning in one pass over the schedule (like ggml-alloc): each
  * temporary takes the best-fitting free block when it is produced and gives
- * it back after its last use, so activations reuse freed memory. A step's
- * scratch is a temporary that lives for that step alone. */
+ * it back after its last use, so activations reuse freed memory. An instruction's
+ * scratch is a temporary that lives for that instruction alone. */
 #include <stdlib.h>
 
 #include "base/fault.h"
@@ -66,16 +66,16 @@ void lz_plan_memory(lz_program *p)
         return;
     }
     for (int v = 0; v < p->n_values; v++) last_use[v] = -1;
-    for (int i = 0; i < p->n_steps; i++) {
-        last_use[p->steps[i].out] = i;
-        for (int k = 0; k < n_extra(&p->steps[i]); k++) last_use[p->steps[i].fused->extra[k]] = i;
+    for (int i = 0; i < p->n_instrs; i++) {
+        last_use[p->instrs[i].out] = i;
+        for (int k = 0; k < n_extra(&p->instrs[i]); k++) last_use[p->instrs[i].fused->extra[k]] = i;
         /* a view's use keeps the memory it views */
-        for (int k = 0; k < p->steps[i].n_in; k++) last_use[lz_memory_of(p, p->steps[i].in[k])] = i;
+        for (int k = 0; k < p->instrs[i].n_in; k++) last_use[lz_memory_of(p, p->instrs[i].in[k])] = i;
     }
     freelist f = {0};
-    for (int i = 0; i < p->n_steps; i++) {
-        lz_instr *s = &p->steps[i];
-        /* a fused step writes its extra results too: all are placed
+    for (int i = 0; i < p->n_instrs; i++) {
+        lz_instr *s = &p->instrs[i];
+        /* a fused instruction writes its extra results too: all are placed
            before any input is freed */
         for (int k = -1; k < n_extra(s); k++) {
             lz_value *out = &p->values[k < 0 ? s->out : s->fused->extra[k]];
@@ -83,7 +83,7 @@ void lz_plan_memory(lz_program *p)
                 out->offset = take(&f, aligned(out->nbytes));
         }
         if (s->scratch_bytes) s->scratch_offset = take(&f, aligned(s->scratch_bytes));
-        /* freed after the step, so no kernel writes over its own inputs */
+        /* freed after the instruction, so no kernel writes over its own inputs */
         for (int k = -1 - n_extra(s); k < s->n_in; k++) {
             int v = k == -1 ? s->out : k < -1 ? s->fused->extra[-2 - k] : lz_memory_of(p, s->in[k]);
             lz_value *val = &p->values[v];

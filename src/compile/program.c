@@ -1,5 +1,5 @@
 /* Editing and freeing a program: used by compile.c and by the passes that
- * drop steps (fold_expand.c, fold_slice_grad.c, views.c), so that neither
+ * drop instructions (fold_expand.c, fold_slice_grad.c, views.c), so that neither
  * the passes nor the driver call into each other. */
 #include <stdlib.h>
 #include <string.h>
@@ -14,20 +14,20 @@ static void step_free(lz_instr *s)
     free(s->in);
 }
 
-void lz_program_drop_steps(lz_program *p, const char *drop)
+void lz_program_drop_instrs(lz_program *p, const char *drop)
 {
     int kept = 0;
-    for (int i = 0; i < p->n_steps; i++) {
-        if (drop[i]) step_free(&p->steps[i]);
-        else p->steps[kept++] = p->steps[i];
+    for (int i = 0; i < p->n_instrs; i++) {
+        if (drop[i]) step_free(&p->instrs[i]);
+        else p->instrs[kept++] = p->instrs[i];
     }
-    p->n_steps = kept;
+    p->n_instrs = kept;
 }
 
 void lz_program_free(lz_program *p)
 {
-    for (int i = 0; i < p->n_steps; i++) step_free(&p->steps[i]);
-    free(p->steps);
+    for (int i = 0; i < p->n_instrs; i++) step_free(&p->instrs[i]);
+    free(p->instrs);
     free(p->values);
     free(p->written_by);
     free(p->last_read_by);

@@ -227,7 +227,7 @@ lz_tensor *lz_autocast_copy_for(lz_tensor *w)
     if (!e->s && !e->unmanaged && (e->s = copy_from_data(w))) {
         lz_tensor_of(e->s)->bf16_copy = e;
         e->version = lz_tensor_of(w)->version;
-        lz_capture_note_library_state();   /* a trace binds it from the next call on */
+        lz_capture_note_internal_state();   /* a trace binds it from the next call on */
     }
     if (!e->s) return NULL;
     if (lz_tensor_of(w)->version == e->version) return e->s;
@@ -244,7 +244,7 @@ lz_tensor *lz_autocast_copy_for(lz_tensor *w)
     /* w was assigned since: this step casts it and its update makes the
        copy good again, so a trace of it is a warm-up (the next call traces
        with the copy, not with the cast) */
-    lz_capture_note_library_state();
+    lz_capture_note_internal_state();
     return NULL;
 }
 
@@ -273,7 +273,7 @@ int lz_autocast_copy_store(lz_tensor *w, lz_tensor *value)
     } else {
         if (!(e->s = lz_retain(value))) return -1;
         lz_tensor_of(e->s)->bf16_copy = e;
-        lz_capture_note_library_state();   /* the next call finds the copy made */
+        lz_capture_note_internal_state();   /* the next call finds the copy made */
     }
     e->version = lz_tensor_of(w)->version;
     e->refreshed = 1;

@@ -10,14 +10,14 @@
 #include "engine/step.h"
 #include "engine/tensor.h"
 
-static int library_state_made;   /* during this trace (lz_capture_note_library_state) */
+static int internal_state_made;   /* during this trace (lz_capture_note_internal_state) */
 static lz_capture_note *notes;
 static int n_notes, cap_notes;
 static int notes_lost;       /* a note found no memory: this trace cannot be bound */
 
-void lz_capture_note_library_state(void)
+void lz_capture_note_internal_state(void)
 {
-    if (lz_capture_tracing()) library_state_made = 1;
+    if (lz_capture_tracing()) internal_state_made = 1;
 }
 
 void lz_capture_note_host_data(lz_tensor *t, const char *op)
@@ -55,7 +55,7 @@ static void drop_notes(void)
 
 void lz_capture_notes_begin(void)
 {
-    library_state_made = 0;
+    internal_state_made = 0;
     drop_notes();
 }
 
@@ -69,4 +69,4 @@ const lz_capture_note *lz_capture_notes(int *n)
 
 int lz_capture_notes_lost(void) { return notes_lost; }
 
-int lz_capture_library_state_made(void) { return library_state_made; }
+int lz_capture_internal_state_made(void) { return internal_state_made; }

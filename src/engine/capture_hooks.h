@@ -13,7 +13,7 @@ void lz_capture_note_host_data(struct lz_tensor *t, const char *op);
 /* The library made state of its own that lives across calls (the random
    generator, made by the first random op): a call that made it is a
    warm-up, run lazily, and the next call traces with that state bound. */
-void lz_capture_note_library_state(void);
+void lz_capture_note_internal_state(void);
 
 /* A data tensor made from host memory while a function is traced. */
 typedef struct lz_capture_note {
@@ -29,6 +29,6 @@ const lz_capture_note *lz_capture_notes(int *n);
 /* 1 if a note found no memory: this trace cannot be bound. */
 int lz_capture_notes_lost(void);
 /* 1 if the library made state of its own during this trace. */
-int lz_capture_library_state_made(void);
+int lz_capture_internal_state_made(void);
 
 #endif

@@ -210,7 +210,7 @@ static void commit(const lz_fn *f, const trace *tr, lz_tensor *const *in, lz_ten
     lz_executor_enqueue(tr->exe, tr->inb, outb, tr->keep);
     lz_counters.executions++;
     lz_counters.flops += tr->exe->prog.flops;
-    lz_counters.kernels += tr->exe->prog.n_steps;
+    lz_counters.kernels += tr->exe->prog.n_instrs;
     lz_counters.capture_replays++;
     /* new values of the state, then the returned tensors (a returned
        state tensor is returned at its new value, as when traced) */

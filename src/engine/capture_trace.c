@@ -305,7 +305,7 @@ static int after_run(lz_fn *f, trace *tr, lz_tensor *const *in, lz_tensor **out,
     if (lz_capture_notes_lost()) return lz_capture_run_uncaptured(f, out, serial0, s);
     if (!tr && !(tr = lz_capture_new_trace(f, in, s->inbuf)))
         return lz_capture_run_uncaptured(f, out, serial0, s);
-    if (lz_capture_library_state_made() || (!tr->warmed_up && !lz_capture_trace_is_steady(s, out, f->n_out)))
+    if (lz_capture_internal_state_made() || (!tr->warmed_up && !lz_capture_trace_is_steady(s, out, f->n_out)))
         return warm_up(f, tr, out, s, serial0);
     tr->warmed_up = 1;
     return capture_steady(f, tr, in, out, kept, s, serial0, checking);

@@ -265,7 +265,7 @@ static int execute_graph(const lz_graph *g, lz_executable *exe, int full_step)
         lz_executor_enqueue(exe, in, out, keep);
         lz_counters.executions++;
         lz_counters.flops += exe->prog.flops;
-        lz_counters.kernels += exe->prog.n_steps;
+        lz_counters.kernels += exe->prog.n_instrs;
         for (int o = 0; o < g->n_outputs; o++) lz_node_materialise(g->outputs[o], out[o]);
         lz_live_prune();
     }

@@ -133,8 +133,8 @@ int        lz_check_operands(const char *name, int n, lz_tensor *const *in);
 /* Data made from host memory by the library itself (an op's C argument
    such as batch norm's eps, the generator's state): lz_from_host without
    capture's note of host values made inside a traced step. */
-lz_tensor *lz_library_data(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
-lz_tensor *lz_library_scalar(float value);
+lz_tensor *lz_internal_data(const void *data, lz_dtype dtype, int ndim, const int64_t *shape);
+lz_tensor *lz_internal_scalar(float value);
 
 /* The largest tensor: 2^46 bytes (64 TiB), far above any real buffer and
    far below where an element count, a byte size or a stride overflows. */

@@ -54,12 +54,12 @@ lz_tensor *lz_from_host(const void *data, lz_dtype dtype, int ndim, const int64_
     return t;
 }
 
-lz_tensor *lz_library_data(const void *data, lz_dtype dtype, int ndim, const int64_t *shape)
+lz_tensor *lz_internal_data(const void *data, lz_dtype dtype, int ndim, const int64_t *shape)
 {
     return from_host("lz_from_host", data, dtype, ndim, shape);
 }
 
-lz_tensor *lz_library_scalar(float value) { return lz_library_data(&value, LZ_F32, 0, NULL); }
+lz_tensor *lz_internal_scalar(float value) { return lz_internal_data(&value, LZ_F32, 0, NULL); }
 
 lz_tensor *lz_full(lz_dtype dtype, int ndim, const int64_t *shape, double value)
 {

@@ -123,7 +123,7 @@ static lz_tensor *fused_train(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
     lz_no_grad_begin();
     lz_tensor *stats = keep_tmp(&tp, lz_record(LZ_OP_BATCH_NORM_STATS, LZ_F32, 2, sshape, 1, &x, NULL));
     lz_no_grad_end();
-    lz_tensor *eps_t = keep_tmp(&tp, lz_library_scalar(eps));
+    lz_tensor *eps_t = keep_tmp(&tp, lz_internal_scalar(eps));
     lz_tensor *in[5] = {x, stats, eps_t, NULL, NULL};
     int n = 3;
     if (weight) in[n++] = weight;
@@ -134,8 +134,8 @@ static lz_tensor *fused_train(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
 
     if (y && running_mean) {
         lz_no_grad_begin();
-        lz_tensor *m = keep_tmp(&tp, lz_library_scalar(momentum));
-        lz_tensor *one_minus_m = keep_tmp(&tp, lz_library_scalar(1.0f - momentum));
+        lz_tensor *m = keep_tmp(&tp, lz_internal_scalar(momentum));
+        lz_tensor *one_minus_m = keep_tmp(&tp, lz_internal_scalar(1.0f - momentum));
         lz_tensor *mean = stats_row(&tp, stats, 0);
         /* the running variance is the unbiased one */
         lz_tensor *uvar = keep_tmp(&tp, lz_scale(stats_row(&tp, stats, 1),
@@ -187,7 +187,7 @@ lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
     if (training && fused_on)
         return fused_train(x, weight, bias, running_mean, running_var, momentum, eps, count);
     temps tp = {0};
-    lz_tensor *eps_t = keep_tmp(&tp, lz_library_scalar(eps));
+    lz_tensor *eps_t = keep_tmp(&tp, lz_internal_scalar(eps));
     lz_tensor *mean, *var, *xc;
     if (training) {
         mean = keep_tmp(&tp, lz_mean_axes(x, na, axes, 1));
@@ -205,8 +205,8 @@ lz_tensor *lz_batch_norm(lz_tensor *x, lz_tensor *weight, lz_tensor *bias,
 
     if (y && training && running_mean) {
         lz_no_grad_begin();
-        lz_tensor *m = keep_tmp(&tp, lz_library_scalar(momentum));
-        lz_tensor *one_minus_m = keep_tmp(&tp, lz_library_scalar(1.0f - momentum));
+        lz_tensor *m = keep_tmp(&tp, lz_internal_scalar(momentum));
+        lz_tensor *one_minus_m = keep_tmp(&tp, lz_internal_scalar(1.0f - momentum));
         /* the running variance is the unbiased one; n / (n - 1) is fixed by
            the shape, so it may be a constant */
         lz_tensor *uvar = keep_tmp(&tp, lz_scale(var, (float)((double)count / (double)(count - 1))));

@@ -29,7 +29,7 @@ lz_tensor *lz_nn_const_scalar(float value)
         consts = c;
         cap_consts = cap;
     }
-    lz_tensor *t = lz_library_scalar(value);
+    lz_tensor *t = lz_internal_scalar(value);
     if (!t) return NULL;
     /* the library keeps this handle for the life of the process: no scope
        the caller has open may drop it */

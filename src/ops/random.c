@@ -24,7 +24,7 @@ static lz_tensor *rng_seed, *rng_counter;
 
 static lz_tensor *library_scalar_i64(int64_t v)
 {
-    lz_tensor *t = lz_library_data(&v, LZ_I64, 0, NULL);
+    lz_tensor *t = lz_internal_data(&v, LZ_I64, 0, NULL);
     /* owned by the library for the life of the process: a scope open
        around the first random op must not drop it */
     if (t) lz_scope_forget(t);
@@ -44,7 +44,7 @@ static int rng_create(uint64_t seed)
     rng_seed = ts;
     rng_counter = tc;
     /* made inside a traced step, they would be taken for its temporaries */
-    lz_capture_note_library_state();
+    lz_capture_note_internal_state();
     return 0;
 }
 

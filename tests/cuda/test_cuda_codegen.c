@@ -36,7 +36,7 @@ static const lz_backend *cpu;
 static lz_backend planning;
 static char cache_dir[256];
 
-static int programs, plan_failures, compile_failures, bad_launches, gen_kernels, gen_steps;
+static int programs, plan_failures, compile_failures, bad_launches, gen_kernels, gen_instrs;
 static long long steps_planned, launches_planned;
 static char first_failure[1024];
 
@@ -65,7 +65,7 @@ static void note_kernel(int module, const char *kernel)
 
 /* every launch well formed: a grid, whole warps, arguments in bounds,
    every pointer bound to a value of the program, its scratch or status */
-static void check_launch(const lz_program *p, const lz_cu_step *st, const lz_cu_launch *l, int step)
+static void check_launch(const lz_program *p, const lz_cu_instr *st, const lz_cu_launch *l, int step)
 {
     int ok = l->grid >= 1 && l->block >= 32 && l->block <= 1024 && l->block % 32 == 0 &&
              l->args_bytes <= LZ_CU_ARGS_MAX && l->n_patch <= LZ_CU_PATCH_MAX;
@@ -79,7 +79,7 @@ static void check_launch(const lz_program *p, const lz_cu_step *st, const lz_cu_
         bad_launches++;
         char msg[200];
         snprintf(msg, sizeof msg, "step %d (%s): a malformed launch of %s", step,
-                 lz_op_name((lz_op)p->steps[step].op), l->kernel ? l->kernel : "a generated kernel");
+                 lz_op_name((lz_op)p->instrs[step].op), l->kernel ? l->kernel : "a generated kernel");
         note_failure(msg);
     }
     if (l->module != LZ_CU_MOD_GENERATED) note_kernel(l->module, l->kernel);
@@ -95,13 +95,13 @@ static lz_backend_exec *planning_prepare(lz_program *p)
         return cpu->prepare(p);
     }
     programs++;
-    steps_planned += p->n_steps;
+    steps_planned += p->n_instrs;
     launches_planned += pl->launches;
     gen_kernels += pl->n_gen;
-    gen_steps += pl->gen_steps;
-    for (int i = 0; i < p->n_steps; i++)
-        for (int k = 0; k < pl->steps[i].n_act; k++)
-            if (pl->steps[i].act[k].kind == LZ_CU_LAUNCH) check_launch(p, &pl->steps[i], pl->steps[i].act[k].u.launch, i);
+    gen_instrs += pl->gen_instrs;
+    for (int i = 0; i < p->n_instrs; i++)
+        for (int k = 0; k < pl->instrs[i].n_act; k++)
+            if (pl->instrs[i].act[k].kind == LZ_CU_LAUNCH) check_launch(p, &pl->instrs[i], pl->instrs[i].act[k].u.launch, i);
     if (pl->gen.len) {
         if (keep_source && !kept_source) kept_source = strdup(pl->gen.s);
         lz_cu_image img = {0};
@@ -402,7 +402,7 @@ int main(int argc, char **argv)
     modules();
     printf("%d programs, %lld steps, %lld device actions, %d element-wise steps run by %d generated kernels; "
            "%d plans refused, %d sources NVRTC refused, %d malformed launches\n",
-           programs, steps_planned, launches_planned, gen_steps, gen_kernels, plan_failures, compile_failures,
+           programs, steps_planned, launches_planned, gen_instrs, gen_kernels, plan_failures, compile_failures,
            bad_launches);
     CHECK(programs >= 30);
     CHECK_EQ_I(plan_failures, 0);

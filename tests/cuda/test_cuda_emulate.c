@@ -184,11 +184,11 @@ static void *addr(const redirect *r, lz_cu_ref ref, void *const *ptrs)
    action cannot run here (a library call) */
 static int emulate_step(lz_backend_exec *e, int i, void *const *ptrs, redirect *r)
 {
-    const lz_cu_step *st = &e->plan->steps[i];
+    const lz_cu_instr *st = &e->plan->instrs[i];
     for (int k = 0; k < st->n_act; k++)
         if (st->act[k].kind == LZ_CU_MATMUL || st->act[k].kind == LZ_CU_CONV) return -1;
     const lz_program *p = e->prog;
-    const lz_instr *s = &p->steps[i];
+    const lz_instr *s = &p->instrs[i];
     r->n = 0;
     r->value[r->n++] = s->out;
     for (int k = 0; s->op == LZ_OP_FUSED_ELEMENTWISE && k < s->fused->n_extra; k++) r->value[r->n++] = s->fused->extra[k];
@@ -231,7 +231,7 @@ static int emulate_step(lz_backend_exec *e, int i, void *const *ptrs, redirect *
 static void compare_step(lz_backend_exec *e, int i, void *const *ptrs, redirect *r)
 {
     const lz_program *p = e->prog;
-    const lz_instr *s = &p->steps[i];
+    const lz_instr *s = &p->instrs[i];
     /* the generator's draws are base/rng.h's on both sides: bit for bit */
     const int exact = s->op == LZ_OP_DROPOUT_MASK || s->op == LZ_OP_RAND || s->op == LZ_OP_RNG_ADVANCE;
     for (int k = 0; k < r->n; k++) {
@@ -256,8 +256,8 @@ static const char *emulating_run(lz_backend_exec *e, void *const *ptrs, void *ar
 {
     const lz_program *p = e->prog;
     (void)arena;
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_instr *s = &p->steps[i];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const lz_instr *s = &p->instrs[i];
         redirect r = {0};
         const int emulated = e->plan && (!e->plan->gen.len || e->so) && emulate_step(e, i, ptrs, &r) == 0;
         if (!emulated) n_library_steps++;

@@ -19,16 +19,16 @@
 #include "base/profile.h"
 #include "comm/comm.h"
 
-typedef struct cpu_step {
+typedef struct cpu_instr {
     lz_kernel kernel;
     const lz_stateful_kernel *stateful;   /* with state: runs instead of kernel */
     void *state;
     int library;   /* the state runs a library primitive (the profile says so) */
-} cpu_step;
+} cpu_instr;
 
 struct lz_backend_exec {
     const lz_program *prog;
-    cpu_step steps[];        /* one per step */
+    cpu_instr instrs[];       /* one per instruction */
 };
 
 /* Host memory is the device's: transfers and copies are memcpy, done when
@@ -102,11 +102,11 @@ static void *make_sgemm_kernels(void *arg)
    objects destroyed at exit). */
 static void sgemm_thread_start(const lz_program *p)
 {
-    int products = 0;   /* the steps that may run sgemm */
-    for (int i = 0; i < p->n_steps && !products; i++)
-        products = p->steps[i].op == LZ_OP_MATMUL || p->steps[i].op == LZ_OP_CONV2D ||
-                   p->steps[i].op == LZ_OP_CONV2D_GRAD_INPUT ||
-                   p->steps[i].op == LZ_OP_CONV2D_GRAD_WEIGHT;
+    int products = 0;   /* the instructions that may run sgemm */
+    for (int i = 0; i < p->n_instrs && !products; i++)
+        products = p->instrs[i].op == LZ_OP_MATMUL || p->instrs[i].op == LZ_OP_CONV2D ||
+                   p->instrs[i].op == LZ_OP_CONV2D_GRAD_INPUT ||
+                   p->instrs[i].op == LZ_OP_CONV2D_GRAD_WEIGHT;
     if (!products) return;
     pthread_mutex_lock(&sgemm_mu);
     if (!sgemm_started) {
@@ -127,8 +127,8 @@ static void sgemm_thread_join(void)
 static void cpu_release(lz_backend_exec *e)
 {
     sgemm_thread_join();
-    for (int i = 0; i < e->prog->n_steps; i++)
-        if (e->steps[i].state) e->steps[i].stateful->release(e->steps[i].state);
+    for (int i = 0; i < e->prog->n_instrs; i++)
+        if (e->instrs[i].state) e->instrs[i].stateful->release(e->instrs[i].state);
     free(e);
 }
 
@@ -149,21 +149,21 @@ static void cpu_ready(lz_backend_exec *e, void *arena, size_t arena_bytes)
 
 static lz_backend_exec *cpu_prepare(lz_program *p)
 {
-    lz_backend_exec *e = calloc(1, sizeof *e + sizeof(cpu_step) * (size_t)(p->n_steps + 1));
-    if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_steps);
+    lz_backend_exec *e = calloc(1, sizeof *e + sizeof(cpu_instr) * (size_t)(p->n_instrs + 1));
+    if (!e) return lz_errorf("out of memory preparing %d kernels", p->n_instrs);
     e->prog = p;
     sgemm_thread_start(p);
-    for (int i = 0; i < p->n_steps; i++) {
-        cpu_step *cs = &e->steps[i];
-        cs->kernel = lz_cpu_kernel_for((lz_op)p->steps[i].op);
+    for (int i = 0; i < p->n_instrs; i++) {
+        cpu_instr *cs = &e->instrs[i];
+        cs->kernel = lz_cpu_kernel_for((lz_op)p->instrs[i].op);
         if (!cs->kernel) {
             cpu_release(e);
-            return lz_errorf("cpu backend: no kernel for op %s", lz_op_name((lz_op)p->steps[i].op));
+            return lz_errorf("cpu backend: no kernel for op %s", lz_op_name((lz_op)p->instrs[i].op));
         }
-        cs->stateful = lz_cpu_stateful_kernel_for((lz_op)p->steps[i].op);
-        if (cs->stateful) cs->state = cs->stateful->prepare(p, &p->steps[i]);
+        cs->stateful = lz_cpu_stateful_kernel_for((lz_op)p->instrs[i].op);
+        if (cs->stateful) cs->state = cs->stateful->prepare(p, &p->instrs[i]);
         cs->library = cs->state && cs->stateful->library(cs->state);
-        p->steps[i].scratch_bytes = cs->state ? cs->stateful->scratch_bytes(cs->state) : 0;
+        p->instrs[i].scratch_bytes = cs->state ? cs->stateful->scratch_bytes(cs->state) : 0;
     }
     return e;
 }
@@ -174,28 +174,28 @@ static lz_backend_exec *cpu_prepare(lz_program *p)
 static const char *injected_fault(const lz_program *p, int i)
 {
     if (i > p->commit_from) return NULL;
-    int end = i == p->commit_from ? p->n_steps : i + 1;
+    int end = i == p->commit_from ? p->n_instrs : i + 1;
     for (int j = i; j < end; j++)
-        if (lz_fault_hit(LZ_FAULT_KERNEL)) return lz_fault_kernel_message(lz_op_name((lz_op)p->steps[j].op));
+        if (lz_fault_hit(LZ_FAULT_KERNEL)) return lz_fault_kernel_message(lz_op_name((lz_op)p->instrs[j].op));
     return NULL;
 }
 
-static const char *run_steps(lz_backend_exec *e, void *const *ptrs, void *arena)
+static const char *run_instrs(lz_backend_exec *e, void *const *ptrs, void *arena)
 {
     const lz_program *p = e->prog;
-    lz_metrics_add_launches(0, p->n_steps);   /* one call per kernel */
-    for (int i = 0; i < p->n_steps; i++) {
+    lz_metrics_add_launches(0, p->n_instrs);   /* one call per kernel */
+    for (int i = 0; i < p->n_instrs; i++) {
         const char *fault = injected_fault(p, i);
         if (fault) {
             lz_comm_abandon(fault);
             return fault;
         }
-        const cpu_step *cs = &e->steps[i];
+        const cpu_instr *cs = &e->instrs[i];
         /* MPI moves a started sum's data only inside its calls */
         if (lz_comm_in_flight()) lz_comm_progress();
         const int timed = lz_profile_on();
         const double t0 = timed ? lz_now_ms() : 0;
-        const lz_instr *s = &p->steps[i];
+        const lz_instr *s = &p->instrs[i];
         void *scratch = s->scratch_bytes ? (char *)arena + s->scratch_offset : NULL;
         const char *err = cs->state ? cs->stateful->run(cs->state, p, s, ptrs, scratch)
                                     : cs->kernel(p, s, ptrs);
@@ -221,7 +221,7 @@ static const char *run_steps(lz_backend_exec *e, void *const *ptrs, void *arena)
 static const char *cpu_run(lz_backend_exec *e, void *const *ptrs, void *arena)
 {
     lz_cpu_kernels_lock();
-    const char *err = run_steps(e, ptrs, arena);
+    const char *err = run_instrs(e, ptrs, arena);
     lz_cpu_kernels_unlock();
     return err;
 }

@@ -19,8 +19,8 @@
 
 static int has_bf16_conv(const lz_program *p)
 {
-    for (int i = 0; i < p->n_steps; i++)
-        if (lz_cpu_conv_is_bf16(p, &p->steps[i])) return 1;
+    for (int i = 0; i < p->n_instrs; i++)
+        if (lz_cpu_conv_is_bf16(p, &p->instrs[i])) return 1;
     return 0;
 }
 

@@ -65,8 +65,8 @@ static void program(mini *m)
 {
     m->p.n_values = VALUES;
     m->p.values = m->v;
-    m->p.n_steps = STEPS;
-    m->p.steps = m->s;
+    m->p.n_instrs = STEPS;
+    m->p.instrs = m->s;
     m->p.commit_from = STEPS;
 }
 

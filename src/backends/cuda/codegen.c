@@ -373,7 +373,7 @@ int lz_cu_plan_elementwise(lz_cu_planner *pl, const lz_instr *s, int *rc)
         *rc = lz_cu_fail(pl, "%s", why);
         return 1;
     }
-    plan->gen_steps++;
+    plan->gen_instrs++;
     void *args[LZ_CU_PATCH_MAX] = {0};
     lz_cu_launch *l = lz_cu_add_launch(pl, LZ_CU_MOD_GENERATED, NULL, numel, LZ_CU_BLOCK, args,
                                        sizeof(void *) * (size_t)(n ? n : 1));

@@ -45,7 +45,7 @@ static int fits(int bf16, cudnnMathType_t math)
     return bf16 || lz_cu.tf32 || math != CUDNN_TENSOR_OP_MATH;
 }
 
-const char *lz_cu_conv_load(lz_cu_conv *c, lz_cu_step *st)
+const char *lz_cu_conv_load(lz_cu_conv *c, lz_cu_instr *st)
 {
     loaded *d = calloc(1, sizeof *d);
     if (!d) return "cuda: out of host memory";

@@ -25,9 +25,9 @@ struct lz_backend_exec {
 static void unload(lz_backend_exec *e)
 {
     if (!e->plan) return;
-    for (int i = 0; i < e->prog->n_steps; i++)
-        for (int k = 0; k < e->plan->steps[i].n_act; k++) {
-            lz_cu_action *a = &e->plan->steps[i].act[k];
+    for (int i = 0; i < e->prog->n_instrs; i++)
+        for (int k = 0; k < e->plan->instrs[i].n_act; k++) {
+            lz_cu_action *a = &e->plan->instrs[i].act[k];
             if (a->kind == LZ_CU_MATMUL) lz_cu_matmul_unload(a->u.matmul);
             else if (a->kind == LZ_CU_CONV) lz_cu_conv_unload(a->u.conv);
         }
@@ -83,13 +83,13 @@ lz_backend_exec *lz_cu_prepare(lz_program *p)
     }
     /* every launch's kernel, and the libraries' descriptors */
     int launches = 0;
-    for (int i = 0; i < p->n_steps; i++)
-        for (int k = 0; k < e->plan->steps[i].n_act; k++) launches += e->plan->steps[i].act[k].kind == LZ_CU_LAUNCH;
+    for (int i = 0; i < p->n_instrs; i++)
+        for (int k = 0; k < e->plan->instrs[i].n_act; k++) launches += e->plan->instrs[i].act[k].kind == LZ_CU_LAUNCH;
     e->kernels = calloc((size_t)(launches ? launches : 1), sizeof *e->kernels);
     if (!e->kernels) return fail(e, "cuda: out of host memory preparing a program");
     char name[32];
-    for (int i = 0; i < p->n_steps && !why; i++) {
-        lz_cu_step *st = &e->plan->steps[i];
+    for (int i = 0; i < p->n_instrs && !why; i++) {
+        lz_cu_instr *st = &e->plan->instrs[i];
         for (int k = 0; k < st->n_act && !why; k++) {
             lz_cu_action *a = &st->act[k];
             if (a->kind == LZ_CU_MATMUL) {
@@ -104,11 +104,11 @@ lz_backend_exec *lz_cu_prepare(lz_program *p)
             }
         }
         if (why) {
-            snprintf(err, sizeof err, "%s (step %d, %s)", why, i, lz_op_name((lz_op)p->steps[i].op));
+            snprintf(err, sizeof err, "%s (step %d, %s)", why, i, lz_op_name((lz_op)p->instrs[i].op));
             return fail(e, err);
         }
         /* the scratch's start is aligned at run time: 256 bytes more */
-        p->steps[i].scratch_bytes = st->scratch ? st->scratch + 256 : 0;
+        p->instrs[i].scratch_bytes = st->scratch ? st->scratch + 256 : 0;
     }
     return e;
 }

@@ -7,14 +7,14 @@
 
 static void *scratch_of(const lz_program *p, int i, void *arena)
 {
-    if (!p->steps[i].scratch_bytes || !arena) return NULL;
-    const uintptr_t at = (uintptr_t)arena + p->steps[i].scratch_offset;
+    if (!p->instrs[i].scratch_bytes || !arena) return NULL;
+    const uintptr_t at = (uintptr_t)arena + p->instrs[i].scratch_offset;
     return (void *)((at + 255) / 256 * 256);
 }
 
 static const char *step_error(const lz_program *p, int i, const char *why)
 {
-    return lz_cu_msg("%s (step %d, %s)", why, i, lz_op_name((lz_op)p->steps[i].op));
+    return lz_cu_msg("%s (step %d, %s)", why, i, lz_op_name((lz_op)p->instrs[i].op));
 }
 
 const char *lz_cu_issue(const lz_cu_plan *pl, const void *const *kernels, void *const *ptrs, void *arena,
@@ -23,8 +23,8 @@ const char *lz_cu_issue(const lz_cu_plan *pl, const void *const *kernels, void *
     const lz_program *p = pl->prog;
     int kn = 0;
     _Alignas(16) unsigned char args[LZ_CU_ARGS_MAX];
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_cu_step *st = &pl->steps[i];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const lz_cu_instr *st = &pl->instrs[i];
         void *scratch = scratch_of(p, i, arena);
         for (int k = 0; k < st->n_act; k++) {
             const lz_cu_action *a = &st->act[k];

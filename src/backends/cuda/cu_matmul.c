@@ -81,7 +81,7 @@ void lz_cu_matmul_unload(lz_cu_matmul *m)
     m->loaded = NULL;
 }
 
-const char *lz_cu_matmul_load(lz_cu_matmul *m, lz_cu_step *st)
+const char *lz_cu_matmul_load(lz_cu_matmul *m, lz_cu_instr *st)
 {
     if (m->count > INT32_MAX) return "cuda: a matmul batch of more than 2^31 products";
     loaded *d = calloc(1, sizeof *d);

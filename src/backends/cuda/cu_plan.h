@@ -116,15 +116,15 @@ typedef struct lz_cu_action {
     } u;
 } lz_cu_action;
 
-typedef struct lz_cu_step {
+typedef struct lz_cu_instr {
     int n_act, cap_act;
     lz_cu_action *act;
     size_t scratch;          /* bytes of the step's scratch the actions take */
-} lz_cu_step;
+} lz_cu_instr;
 
 typedef struct lz_cu_plan {
     const lz_program *prog;
-    lz_cu_step *steps;       /* prog->n_steps */
+    lz_cu_instr *instrs;      /* prog->n_instrs */
     lz_cu_text gen;          /* the generated element-wise kernels' source (len 0: none) */
     int n_gen;               /* lz_ew_0 .. lz_ew_<n_gen - 1> */
     /* each generated kernel's text as lz_ew_0 and its hash: a step whose
@@ -132,7 +132,7 @@ typedef struct lz_cu_plan {
        blocks: far fewer kernels for NVRTC to compile) */
     char **gen_text;
     uint64_t *gen_hash;
-    int gen_steps;           /* element-wise steps, so gen_steps - n_gen shared a kernel */
+    int gen_instrs;           /* element-wise steps, so gen_instrs - n_gen shared a kernel */
     int launches;            /* kernel launches and library calls of one run */
 } lz_cu_plan;
 
@@ -164,7 +164,7 @@ int lz_cu_add_conv(lz_cu_planner *pl, lz_cu_conv *c);
 /* bytes of the step's scratch, 256-aligned: their offset in it (also
    at load time, for a library's workspace) */
 int64_t lz_cu_take_scratch(lz_cu_planner *pl, size_t bytes);
-int64_t lz_cu_step_take(lz_cu_step *st, size_t bytes);
+int64_t lz_cu_step_take(lz_cu_instr *st, size_t bytes);
 /* grid for `threads` threads of `block` (at least 1, at most the loop cap) */
 uint32_t lz_cu_grid(int64_t threads, uint32_t block);
 

@@ -106,10 +106,10 @@ int lz_cu_graph_run(lz_cu_graph **g, const lz_cu_plan *pl, const void *const *ke
 void lz_cu_graph_free(lz_cu_graph *g);
 
 /* ---- cu_matmul.c, cu_conv.c: the libraries ---- */
-const char *lz_cu_matmul_load(lz_cu_matmul *m, lz_cu_step *st);
+const char *lz_cu_matmul_load(lz_cu_matmul *m, lz_cu_instr *st);
 const char *lz_cu_matmul_run(const lz_cu_matmul *m, void *const *ptrs, void *scratch, cudaStream_t s);
 void lz_cu_matmul_unload(lz_cu_matmul *m);
-const char *lz_cu_conv_load(lz_cu_conv *c, lz_cu_step *st);
+const char *lz_cu_conv_load(lz_cu_conv *c, lz_cu_instr *st);
 const char *lz_cu_conv_run(const lz_cu_conv *c, void *const *ptrs, void *scratch, cudaStream_t s);
 void lz_cu_conv_unload(lz_cu_conv *c);
 const char *lz_cu_libraries_open(void);

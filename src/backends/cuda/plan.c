@@ -10,16 +10,16 @@
 void lz_cu_plan_free(lz_cu_plan *pl)
 {
     if (!pl) return;
-    for (int i = 0; pl->steps && i < pl->prog->n_steps; i++) {
-        for (int k = 0; k < pl->steps[i].n_act; k++) {
-            lz_cu_action *a = &pl->steps[i].act[k];
+    for (int i = 0; pl->instrs && i < pl->prog->n_instrs; i++) {
+        for (int k = 0; k < pl->instrs[i].n_act; k++) {
+            lz_cu_action *a = &pl->instrs[i].act[k];
             if (a->kind == LZ_CU_LAUNCH) free(a->u.launch);
             else if (a->kind == LZ_CU_MATMUL) free(a->u.matmul);
             else if (a->kind == LZ_CU_CONV) free(a->u.conv);
         }
-        free(pl->steps[i].act);
+        free(pl->instrs[i].act);
     }
-    free(pl->steps);
+    free(pl->instrs);
     for (int k = 0; pl->gen_text && k < pl->n_gen; k++) free(pl->gen_text[k]);
     free(pl->gen_text);
     free(pl->gen_hash);
@@ -35,16 +35,16 @@ lz_cu_plan *lz_cu_plan_make(const lz_program *p, char *err, size_t errn)
         lz_cu_plan_conv,        lz_cu_plan_index,
     };
     lz_cu_plan *plan = calloc(1, sizeof *plan);
-    if (plan) plan->steps = calloc((size_t)(p->n_steps ? p->n_steps : 1), sizeof *plan->steps);
-    if (!plan || !plan->steps) {
+    if (plan) plan->instrs = calloc((size_t)(p->n_instrs ? p->n_instrs : 1), sizeof *plan->instrs);
+    if (!plan || !plan->instrs) {
         free(plan);
-        snprintf(err, errn, "cuda: out of host memory planning %d steps", p->n_steps);
+        snprintf(err, errn, "cuda: out of host memory planning %d steps", p->n_instrs);
         return NULL;
     }
     plan->prog = p;
     lz_cu_planner pl = {.plan = plan, .err = err, .errn = errn};
-    for (int i = 0; i < p->n_steps; i++) {
-        const lz_instr *s = &p->steps[i];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const lz_instr *s = &p->instrs[i];
         pl.step = i;
         int rc = 0, taken = 0;
         for (size_t f = 0; f < sizeof families / sizeof *families && !taken; f++)

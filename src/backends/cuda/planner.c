@@ -74,7 +74,7 @@ const char *lz_cu_module_option(int module)
 
 int lz_cu_fail(lz_cu_planner *pl, const char *fmt, ...)
 {
-    const lz_instr *s = &pl->plan->prog->steps[pl->step];
+    const lz_instr *s = &pl->plan->prog->instrs[pl->step];
     char why[200];
     va_list ap;
     va_start(ap, fmt);
@@ -97,7 +97,7 @@ uint32_t lz_cu_grid(int64_t threads, uint32_t block)
 
 static lz_cu_action *new_action(lz_cu_planner *pl, int kind)
 {
-    lz_cu_step *st = &pl->plan->steps[pl->step];
+    lz_cu_instr *st = &pl->plan->instrs[pl->step];
     if (st->n_act == st->cap_act) {
         const int cap = st->cap_act ? 2 * st->cap_act : 2;
         lz_cu_action *act = realloc(st->act, sizeof *act * (size_t)cap);
@@ -189,7 +189,7 @@ int lz_cu_add_conv(lz_cu_planner *pl, lz_cu_conv *c)
     return 0;
 }
 
-int64_t lz_cu_step_take(lz_cu_step *st, size_t bytes)
+int64_t lz_cu_step_take(lz_cu_instr *st, size_t bytes)
 {
     const size_t at = (st->scratch + 255) / 256 * 256;
     st->scratch = at + bytes;
@@ -198,5 +198,5 @@ int64_t lz_cu_step_take(lz_cu_step *st, size_t bytes)
 
 int64_t lz_cu_take_scratch(lz_cu_planner *pl, size_t bytes)
 {
-    return lz_cu_step_take(&pl->plan->steps[pl->step], bytes);
+    return lz_cu_step_take(&pl->plan->instrs[pl->step], bytes);
 }
