@@ -341,6 +341,40 @@ def test_zero_into_slice():
     assert_parity("zero_-into-slice", _ZeroedBias(), r(5, 4), torch.randint(0, 6, (5,)), "sgd", steps=3)
 
 
+class _SeqFirstAttention(nn.Module):
+    """nn.MultiheadAttention on a [L, N, E] input (torchvision's ViT): torch
+    decomposes its projections to bmm(x, W.expand(L, E, 3E))."""
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(64, 4)
+        self.head = nn.Linear(64, 5)
+
+    def forward(self, x):
+        x = x.transpose(0, 1)
+        y, _ = self.attn(x, x, x, need_weights=False)
+        return self.head(y.mean(0))
+
+
+def test_attention_weight_not_copied():
+    """The projection's weight is read once, not once per position: the
+    step's peak memory stays below one copy of it per position (parity too)."""
+    torch.manual_seed(6)
+    assert_parity("seq-first attention", _SeqFirstAttention(), r(2, 64, 64), torch.randint(0, 5, (2,)), "sgd")
+    code = ("import torch, parity, lazyc, lazyc.torch as lzt\n"
+            "from test_bridge import _SeqFirstAttention\n"
+            "torch.manual_seed(6)\n"
+            "m = _SeqFirstAttention()\n"
+            "step = lzt.train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), torch.nn.functional.cross_entropy)\n"
+            "step(torch.randn(2, 64, 64), torch.randint(0, 5, (2,)))\n"
+            "print(lazyc.metrics()['peak_bytes'])\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=here)
+    assert p.returncode == 0, p.stdout + p.stderr
+    peak, copies = int(p.stdout.split()[-1]), 64 * 3 * 64 * 64 * 4   # L copies of in_proj's weight
+    print("  seq-first attention: peak %d bytes, the weight's copies would be %d" % (peak, copies))
+    assert peak < copies, (peak, copies)
+
+
 def test_mse_loss():
     torch.manual_seed(2)
     assert_parity("mlp-mse", nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)),

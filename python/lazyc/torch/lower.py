@@ -471,6 +471,8 @@ for _names, _kind in [(("logical_and", "bitwise_and"), "and"), (("logical_or", "
 
 # ---- views and shapes -------------------------------------------------------
 
+_SAME_SHAPE_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
 def _reshape_to(cx, node, x):
     shape = _shape(node)
     return cx.op("lz_reshape", x, len(shape), shape_arg(shape))
@@ -482,6 +484,17 @@ for _op in (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
             aten.contiguous.default, aten.lift_fresh_copy.default):
     # the shape comes from the node; memory_format is layout only
     _register(_op, lambda cx, node, x, *a, **k: _reshape_to(cx, node, x))
+
+
+def _view_or_elided(cx, node, x, *a, **k):
+    if isinstance(node.args[0], torch.fx.Node) and node.args[0] in cx.elided:
+        cx.elided[node] = cx.elided[node.args[0]]   # a view of an elided expand (_expand)
+        return x
+    return _reshape_to(cx, node, x)
+
+
+for _op in _SAME_SHAPE_VIEWS:
+    _register(_op, _view_or_elided)
 
 
 @lowers(aten.detach.default, args=ALL)
@@ -524,6 +537,10 @@ def _permute(cx, node, x, perm):
 
 @lowers(aten.expand.default, args=ALL)
 def _expand(cx, node, x, size, implicit=False):
+    matrix = _broadcast_matrix_shape(node)
+    if matrix is not None and _only_bmm_weight(node):
+        cx.elided[node] = matrix   # its bmm reads the matrix itself (_mm)
+        return x
     shape = _shape(node)
     return cx.op("lz_expand", x, len(shape), shape_arg(shape))
 
@@ -676,8 +693,39 @@ def _addmm(cx, node, bias, a, b, beta=1, alpha=1):
     return cx.op("lz_add", cx.op("lz_matmul", a, b), bias)
 
 
+def _only_bmm_weight(node):
+    """node (an expand, or a view of one to its own shape) is read only as
+    bmm's second operand, directly or through such views."""
+    return bool(node.users) and all(
+        (u.target == aten.bmm.default and u.args[1] is node and u.args[0] is not node)
+        or (u.target in _SAME_SHAPE_VIEWS and _shape(u) == _shape(node) and _only_bmm_weight(u))
+        for u in node.users)
+
+
+def _broadcast_matrix_shape(node):
+    """M's 2-d shape when node expands a matrix M (or M as [1, K, N]) over
+    a batch, else None. torch's matmul of a [B, M, K] input that is not
+    contiguous (nn.MultiheadAttention's sequence-first projections)
+    decomposes to bmm(x, W.expand(B, K, N)): B copies of the weight, and a
+    gradient of B products summed."""
+    src = node.args[0]
+    if not isinstance(src, torch.fx.Node) or "val" not in src.meta:
+        return None
+    shape = [int(d) for d in src.meta["val"].shape]
+    if len(shape) == 3 and shape[0] == 1:
+        shape = shape[1:]
+    return shape if len(shape) == 2 and len(_shape(node)) == 3 else None
+
+
 @lowers(aten.mm.default, aten.bmm.default, aten.matmul.default, args=ALL)
 def _mm(cx, node, a, b):
+    if node.target == aten.bmm.default and node.args[1] in cx.elided:
+        # one [B*M, K] x [K, N] product: the weight read once, its gradient
+        # one product (b is the matrix itself: _expand elided the copies)
+        bsz, rows, k = (int(d) for d in node.args[0].meta["val"].shape)
+        m = cx.op("lz_reshape", b, 2, shape_arg(cx.elided[node.args[1]]))
+        flat = cx.op("lz_matmul", cx.op("lz_reshape", a, 2, shape_arg([bsz * rows, k])), m)
+        return cx.op("lz_reshape", flat, 3, shape_arg(_shape(node)))
     w = _transposed_weight(cx, node.args[1])
     if w is not None and node.target == aten.mm.default:
         return cx.op("lz_linear", a, w, None)
@@ -1500,6 +1548,7 @@ class Context:
     def __init__(self, consts):
         self.consts = consts
         self.env = {}
+        self.elided = {}   # expand node -> its matrix's shape (_expand, _mm)
 
     def op(self, fn, *args):
         h = getattr(lib, fn)(*args)
