@@ -97,6 +97,10 @@ if(LZ_HAVE_CUDA)
   if(NOT LZ_SANITIZE)
     target_link_options(lazyc_cuda PRIVATE -Wl,--no-undefined)
   endif()
+  # the toolkit's targets bring the driver library along; only what is used
+  # is kept (Debian's gcc does so by default, clang does not), so nothing
+  # needs libcuda.so.1 to load
+  target_link_options(lazyc_cuda PRIVATE -Wl,--as-needed)
   install(TARGETS lazyc_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
   # GPU-free tests (ctest -L cuda): they choose their own backends, so no
@@ -106,6 +110,7 @@ if(LZ_HAVE_CUDA)
     target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests
                                ${CMAKE_SOURCE_DIR}/models)
     target_link_libraries(${t} PRIVATE lazyc_static lazyc_cuda_plan)
+    target_link_options(${t} PRIVATE -Wl,--as-needed)
     # test_cuda_emulate: four models that reach every op the zoo has
     # (all ten: test_cuda_emulate all)
     set(_args "")
