@@ -241,7 +241,7 @@ void lz_fuse(lz_program *p)
         if (first < 0) break;
         emit(&fz, first);
     }
-    assert(fz.n_out <= p->n_steps);
+    assert(fz.n_out <= p->n_instrs);
     free(p->instrs);
     p->instrs = fz.out;
     p->n_instrs = fz.n_out;
