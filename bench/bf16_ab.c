@@ -117,12 +117,20 @@ int main(int argc, char **argv)
 {
     const char *size = "bench", *models = NULL;
     int steps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--size")) size = argv[i + 1];
-        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--models")) models = argv[i + 1];
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--size") && v) size = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && v) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--models") && v) models = argv[++i];
+        else {
+            fprintf(stderr, "usage: bf16_ab [--size smoke|bench] [--steps 1..32] [--models a,b,...]\n");
+            return 2;
+        }
     }
-    if (steps < 1 || steps > 32) steps = 5;
+    if (steps < 1 || steps > 32) {
+        fprintf(stderr, "bf16_ab: --steps must be 1..32\n");
+        return 2;
+    }
     const char *names[64];
     int n = 0;
     char *list = models ? strdup(models) : NULL;
@@ -137,7 +145,6 @@ int main(int argc, char **argv)
            "cpu x");
     for (int k = 0; k < n; k++) {
         inst v[2];
-        int64_t base = bytes_now();
         int bad = 0;
         float loss[2] = {0, 0};
         for (int d = 0; d < 2 && !bad; d++) {
@@ -146,7 +153,6 @@ int main(int argc, char **argv)
             for (int w = 0; w < 2 && !bad; w++) bad = run(&v[d], NULL, NULL, NULL);
             v[d].held = bytes_now() - before;
         }
-        (void)base;
         for (int s = 0; s < steps && !bad; s++)
             for (int j = 0; j < 2 && !bad; j++) {
                 int d = (s % 2) ? 1 - j : j;   /* f32 bf16 bf16 f32 ... */
