@@ -188,8 +188,9 @@ LZ_API int lz_autocast_begin(lz_dtype dtype);
 /* Closes the innermost autocast region (the outermost drops its casts). */
 LZ_API int lz_autocast_end(void);
 /* What autocast does with products on this CPU (`lazyc env` prints it):
-   the two peaks its rule compares (measured once per machine, then read
-   from the cache file), how oneDNN runs bf16 here, and the product shapes
+   the two peaks its rule compares (measured again by this call; the cache
+   file keeps, of each, the best rate seen on this machine, since load only
+   lowers a rate), how oneDNN runs bf16 here, and the product shapes
    measured on this machine so far. */
 typedef struct lz_autocast_probe {
     double f32_gflops, bf16_gflops;   /* sgemm and bf16 matmul, 2048^3; 0: none */

@@ -18,7 +18,7 @@ static void accepted(const lz_setting_info *s, char *buf, size_t cap)
     else snprintf(buf, cap, "text");
 }
 
-/* The peaks (measured once per machine, then read from the file) and
+/* The peaks (measured again now; the best seen on this machine kept) and
    what autocast's products do with them. */
 static void print_cpu(void)
 {
@@ -68,7 +68,8 @@ int lz_cmd_env(int argc, char **argv)
         fprintf(f, "usage: lazyc env\n\n"
                    "Lists every LZ_* environment variable lazyc reads: its value here\n"
                    "(\"*\" when set in the environment), default, accepted values and meaning;\n"
-                   "then this CPU's float32 and bf16 product peaks (measured once per machine)\n"
+                   "then this CPU's float32 and bf16 product peaks (measured again now; the\n"
+                   "best seen on this machine is kept for autocast's rule)\n"
                    "and which products autocast runs in bf16 here.\n"
                    "Exits 1 when a variable is set to a value it does not accept.\n");
         return f == stdout ? 0 : LZ_CLI_USAGE_ERROR;
