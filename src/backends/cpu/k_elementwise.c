@@ -15,6 +15,7 @@
 #include "backends/cpu/activation.h"
 #include "base/bf16.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/row_templates.h"
 #include "backends/cpu/vec_math.h"
 
 /* below this many elements OpenMP's fork costs more than it saves */
@@ -91,43 +92,6 @@ static const char *run_rows(const lz_program *p, const lz_instr *s, void *const 
 }
 
 /* ---- row functions -------------------------------------------------------- */
-
-#define ROW1(name, TO, TI, EXPR)                                                          \
-    static void name(void *o_, const void *const *in, const int64_t *st, int64_t n,      \
-                     const float *fa)                                                     \
-    {                                                                                     \
-        TO *o = o_;                                                              \
-        const TI *px = in[0];                                                    \
-        (void)fa;                                                                         \
-        if (st[0] == 1) {                                                                 \
-            for (int64_t i = 0; i < n; i++) { TI x = px[i]; o[i] = (TO)(EXPR); }          \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; i++) { TI x = px[i * st[0]]; o[i] = (TO)(EXPR); }  \
-        }                                                                                 \
-    }
-
-#define ROW2(name, TO, TI, EXPR)                                                          \
-    static void name(void *o_, const void *const *in, const int64_t *st, int64_t n,      \
-                     const float *fa)                                                     \
-    {                                                                                     \
-        TO *o = o_;                                                              \
-        const TI *pa = in[0], *pb = in[1];                              \
-        (void)fa;                                                                         \
-        if (st[0] == 1 && st[1] == 1) {                                                   \
-            for (int64_t i = 0; i < n; i++) { TI a = pa[i], b = pb[i]; o[i] = (TO)(EXPR); } \
-        } else if (st[0] == 0 && st[1] == 1) {                                            \
-            TI a = pa[0];                                                                 \
-            for (int64_t i = 0; i < n; i++) { TI b = pb[i]; o[i] = (TO)(EXPR); }          \
-        } else if (st[0] == 1 && st[1] == 0) {                                            \
-            TI b = pb[0];                                                                 \
-            for (int64_t i = 0; i < n; i++) { TI a = pa[i]; o[i] = (TO)(EXPR); }          \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; i++) {                                             \
-                TI a = pa[i * st[0]], b = pb[i * st[1]];                                  \
-                o[i] = (TO)(EXPR);                                                        \
-            }                                                                             \
-        }                                                                                 \
-    }
 
 /* where only moves bits, so values are read as unsigned words of their size */
 #define ROW_WHERE(name, TC, TV)                                                           \

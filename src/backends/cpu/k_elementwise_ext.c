@@ -7,41 +7,8 @@
 #include <stdint.h>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/row_templates.h"
 #include "backends/cpu/vec_math.h"
-
-#define ROW1(name, TO, TI, EXPR)                                                          \
-    static void name(void *o_, const void *const *in, const int64_t *st, int64_t n,      \
-                     const float *fa)                                                     \
-    {                                                                                     \
-        TO *o = o_;                                                                       \
-        const TI *px = in[0];                                                             \
-        (void)fa;                                                                         \
-        if (st[0] == 1) {                                                                 \
-            for (int64_t i = 0; i < n; i++) { TI x = px[i]; o[i] = (TO)(EXPR); }          \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; i++) { TI x = px[i * st[0]]; o[i] = (TO)(EXPR); }  \
-        }                                                                                 \
-    }
-
-#define ROW2(name, TO, TI, EXPR)                                                          \
-    static void name(void *o_, const void *const *in, const int64_t *st, int64_t n,      \
-                     const float *fa)                                                     \
-    {                                                                                     \
-        TO *o = o_;                                                                       \
-        const TI *pa = in[0], *pb = in[1];                                                \
-        (void)fa;                                                                         \
-        if (st[0] == 1 && st[1] == 1) {                                                   \
-            for (int64_t i = 0; i < n; i++) { TI a = pa[i], b = pb[i]; o[i] = (TO)(EXPR); } \
-        } else if (st[0] == 1 && st[1] == 0) {                                            \
-            TI b = pb[0];                                                                 \
-            for (int64_t i = 0; i < n; i++) { TI a = pa[i]; o[i] = (TO)(EXPR); }          \
-        } else {                                                                          \
-            for (int64_t i = 0; i < n; i++) {                                             \
-                TI a = pa[i * st[0]], b = pb[i * st[1]];                                  \
-                o[i] = (TO)(EXPR);                                                        \
-            }                                                                             \
-        }                                                                                 \
-    }
 
 /* torch computes silu as x / (1 + exp(-x)) and its gradient as
    g * s * (1 + x * (1 - s)) with s = sigmoid(x) */
