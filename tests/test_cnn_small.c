@@ -131,11 +131,8 @@ static void test_training(lz_model *m, const char *model)
 {
     enum { STEPS = 6 };
     const lz_model_spec *s = lz_model_get_spec(m);
-    lz_params *p = lz_model_params(m);
-    lz_tensor *ps[512];
-    int n = lz_params_trainable_list(p, ps, 512);
-    CHECK(n > 0 && n <= 512);
-    lz_test_trainer t = {m, lz_sgd_new(ps, n, (lz_sgd_opts){.lr = 0.003f, .momentum = 0.9f})};
+    lz_test_trainer t = {m, lz_test_model_sgd(m, 0.003f)};
+    CHECK(t.opt != NULL);
     lz_model_set_dropout(m, 0);
     lz_tensor *x = lz_test_rand(11, -1, 1, s->input_ndim, s->input_shape);
     int64_t lab[2] = {3, 8};

@@ -32,17 +32,6 @@
 #include "engine/cache.h"
 #include "zoo.h"
 
-static lz_sgd *make_sgd(lz_model *m)
-{
-    lz_params *p = lz_model_params(m);
-    int n = lz_params_count(p);
-    lz_tensor **list = malloc(sizeof *list * (size_t)(n ? n : 1));
-    int k = lz_params_trainable_list(p, list, n);
-    lz_sgd *opt = lz_sgd_new(list, k, (lz_sgd_opts){ .lr = 0.01f, .momentum = 0.9f });
-    free(list);
-    return opt;
-}
-
 /* A lazy step: what the capture's warm-up would do, and the reference the
    captured steps continue from. */
 static float lazy_step(lz_test_trainer *t, lz_tensor *x, lz_tensor *y)
@@ -129,25 +118,6 @@ static int check_listing(const char *name, lz_model *m)
 
 /* ---- inputs -------------------------------------------------------------- */
 
-static void make_batch(const lz_model_spec *s, unsigned seed, lz_tensor **x, lz_tensor **y)
-{
-    int64_t nx = 1, ny = 1;
-    for (int d = 0; d < s->input_ndim; d++) nx *= s->input_shape[d];
-    for (int d = 0; d < s->target_ndim; d++) ny *= s->target_shape[d];
-    if (s->input_dtype == LZ_F32) {
-        *x = lz_test_rand(seed, -1, 1, s->input_ndim, s->input_shape);
-    } else {
-        int64_t *tok = malloc(sizeof *tok * (size_t)nx);
-        for (int64_t i = 0; i < nx; i++) tok[i] = (int64_t)((i * 7919 + seed * 104729u) % (uint64_t)s->num_classes);
-        *x = lz_from_host(tok, LZ_I64, s->input_ndim, s->input_shape);
-        free(tok);
-    }
-    int64_t *lab = malloc(sizeof *lab * (size_t)ny);
-    for (int64_t i = 0; i < ny; i++) lab[i] = (int64_t)((i * 31 + seed * 17u) % (uint64_t)s->num_classes);
-    *y = lz_from_host(lab, LZ_I64, s->target_ndim, s->target_shape);
-    free(lab);
-}
-
 /* ---- the smoke test of one model ---------------------------------------- */
 
 enum { CAPTURED_STEPS = 5 };
@@ -163,10 +133,10 @@ static void test_model(const char *name)
     int diffs = check_listing(name, m);
     CHECK_EQ_I(diffs, 0);
 
-    lz_test_trainer t = { m, make_sgd(m) };
+    lz_test_trainer t = { m, lz_test_model_sgd(m, 0.01f) };
     CHECK(t.opt != NULL);
     lz_tensor *x, *y;
-    make_batch(s, 1, &x, &y);
+    lz_test_model_batch(s, 1, &x, &y);
     float warm = lazy_step(&t, x, y);
     CHECK(isfinite(warm));
 
@@ -256,7 +226,7 @@ static int run_sgd(const char *name, const char *weights, const char *inputs, co
         lz_model_free(m);
         return 1;
     }
-    lz_test_trainer t = { m, make_sgd(m) };
+    lz_test_trainer t = { m, lz_test_model_sgd(m, 0.01f) };
     int rc = 0;
     float loss = lazy_step(&t, x, y);
     printf("step 0 loss %.9g\n", loss);

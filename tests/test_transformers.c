@@ -194,12 +194,7 @@ static void test_training(const char *name, float lr, int lazy_steps)
         CHECK(t.m != NULL);
         if (!t.m) return;
         lz_model_set_dropout(t.m, 0);
-        lz_params *p = lz_model_params(t.m);
-        int n = lz_params_trainable_list(p, NULL, 0);
-        lz_tensor **ps = malloc(sizeof *ps * (size_t)n);
-        lz_params_trainable_list(p, ps, n);
-        t.opt = lz_sgd_new(ps, n, (lz_sgd_opts){.lr = lr, .momentum = 0.9f});
-        free(ps);
+        t.opt = lz_test_model_sgd(t.m, lr);
         const lz_model_spec *s = lz_model_get_spec(t.m);
         lz_tensor *x = make_input(s, 21), *y = make_target(s, 21);
         lz_tensor *in[2] = {x, y};
@@ -304,12 +299,7 @@ static void test_capture_no_host_data(const char *name)
     lz_test_trainer t = {lz_model_new(name, "smoke", 5), NULL};
     CHECK(t.m != NULL);
     if (!t.m) return;
-    lz_params *p = lz_model_params(t.m);
-    int n = lz_params_trainable_list(p, NULL, 0);
-    lz_tensor **ps = malloc(sizeof *ps * (size_t)n);
-    lz_params_trainable_list(p, ps, n);
-    t.opt = lz_sgd_new(ps, n, (lz_sgd_opts){.lr = 0.01f, .momentum = 0.9f});
-    free(ps);
+    t.opt = lz_test_model_sgd(t.m, 0.01f);
     const lz_model_spec *s = lz_model_get_spec(t.m);
     lz_tensor *x = make_input(s, 22), *y = make_target(s, 22);
     lz_tensor *in[2] = {x, y};

@@ -177,6 +177,37 @@ int lz_test_sgd_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
     return 0;
 }
 
+lz_sgd *lz_test_model_sgd(lz_model *m, float lr)
+{
+    lz_params *p = lz_model_params(m);
+    const int n = lz_params_trainable_list(p, NULL, 0);
+    lz_tensor **list = malloc(sizeof *list * (size_t)(n ? n : 1));
+    if (!list) return NULL;
+    lz_params_trainable_list(p, list, n);
+    lz_sgd *opt = lz_sgd_new(list, n, (lz_sgd_opts){.lr = lr, .momentum = 0.9f});
+    free(list);
+    return opt;
+}
+
+static lz_tensor *ids(int64_t mul, int64_t add, int64_t classes, int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    int64_t *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    if (!v) return NULL;
+    for (int64_t i = 0; i < n; i++) v[i] = (int64_t)(((uint64_t)i * (uint64_t)mul + (uint64_t)add) % (uint64_t)classes);
+    lz_tensor *t = lz_from_host(v, LZ_I64, ndim, shape);
+    free(v);
+    return t;
+}
+
+void lz_test_model_batch(const lz_model_spec *s, unsigned seed, lz_tensor **x, lz_tensor **y)
+{
+    *x = s->input_dtype == LZ_F32 ? lz_test_rand(seed, -1, 1, s->input_ndim, s->input_shape)
+                                  : ids(7919, seed * 104729u, s->num_classes, s->input_ndim, s->input_shape);
+    *y = ids(31, seed * 17u, s->num_classes, s->target_ndim, s->target_shape);
+}
+
 void lz_test_vm_flags(const void *p, char *flags, size_t cap)
 {
     flags[0] = 0;

@@ -71,5 +71,10 @@ typedef struct lz_test_trainer {
     lz_sgd *opt;
 } lz_test_trainer;
 int lz_test_sgd_step(void *ctx, lz_tensor *const *in, lz_tensor **out);
+/* SGD (momentum 0.9) over the model's trainable parameters. */
+lz_sgd *lz_test_model_sgd(lz_model *m, float lr);
+/* A batch of the model's spec: inputs uniform in [-1, 1] (or token ids),
+   labels spread over the classes, both fixed by seed. */
+void lz_test_model_batch(const lz_model_spec *s, unsigned seed, lz_tensor **x, lz_tensor **y);
 
 #endif

@@ -117,36 +117,6 @@ static lz_backend_exec *planning_prepare(lz_program *p)
 
 /* ---- the zoo ---- */
 
-static void make_batch(const lz_model_spec *s, lz_tensor **x, lz_tensor **y)
-{
-    int64_t nx = 1, ny = 1;
-    for (int d = 0; d < s->input_ndim; d++) nx *= s->input_shape[d];
-    for (int d = 0; d < s->target_ndim; d++) ny *= s->target_shape[d];
-    if (s->input_dtype == LZ_F32) {
-        *x = lz_test_rand(1, -1, 1, s->input_ndim, s->input_shape);
-    } else {
-        int64_t *tok = malloc(sizeof *tok * (size_t)nx);
-        for (int64_t i = 0; i < nx; i++) tok[i] = (i * 7919) % s->num_classes;
-        *x = lz_from_host(tok, LZ_I64, s->input_ndim, s->input_shape);
-        free(tok);
-    }
-    int64_t *lab = malloc(sizeof *lab * (size_t)ny);
-    for (int64_t i = 0; i < ny; i++) lab[i] = (i * 31) % s->num_classes;
-    *y = lz_from_host(lab, LZ_I64, s->target_ndim, s->target_shape);
-    free(lab);
-}
-
-static lz_sgd *make_sgd(lz_model *m)
-{
-    lz_params *p = lz_model_params(m);
-    int n = lz_params_count(p);
-    lz_tensor **list = malloc(sizeof *list * (size_t)(n ? n : 1));
-    int k = lz_params_trainable_list(p, list, n);
-    lz_sgd *opt = lz_sgd_new(list, k, (lz_sgd_opts){.lr = 0.01f, .momentum = 0.9f});
-    free(list);
-    return opt;
-}
-
 static int autocast_step(void *ctx, lz_tensor *const *in, lz_tensor **out)
 {
     if (lz_autocast_begin(LZ_BF16)) return -1;
@@ -161,9 +131,9 @@ static void zoo_model(const char *name)
     lz_model *m = lz_model_new(name, "smoke", 1);
     CHECK(m != NULL);
     if (!m) return;
-    lz_test_trainer t = {m, make_sgd(m)};
+    lz_test_trainer t = {m, lz_test_model_sgd(m, 0.01f)};
     lz_tensor *x, *y;
-    make_batch(lz_model_get_spec(m), &x, &y);
+    lz_test_model_batch(lz_model_get_spec(m), 1, &x, &y);
     lz_tensor *in[2] = {x, y};
     /* a captured step (its trace is the lazy step) and two replays, then
        the same under autocast, then an eval forward */

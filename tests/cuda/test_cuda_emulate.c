@@ -270,17 +270,6 @@ static const char *emulating_run(lz_backend_exec *e, void *const *ptrs, void *ar
     }
     return NULL;
 }
-static lz_sgd *make_sgd(lz_model *m)
-{
-    lz_params *p = lz_model_params(m);
-    int n = lz_params_count(p);
-    lz_tensor **list = malloc(sizeof *list * (size_t)(n ? n : 1));
-    int k = lz_params_trainable_list(p, list, n);
-    lz_sgd *opt = lz_sgd_new(list, k, (lz_sgd_opts){.lr = 0.01f, .momentum = 0.9f});
-    free(list);
-    return opt;
-}
-
 static void model(const char *name)
 {
     const int failed0 = n_failed, checked0 = n_checked;
@@ -288,21 +277,9 @@ static void model(const char *name)
     CHECK(m != NULL);
     if (!m) return;
     const lz_model_spec *s = lz_model_get_spec(m);
-    lz_test_trainer t = {m, make_sgd(m)};
+    lz_test_trainer t = {m, lz_test_model_sgd(m, 0.01f)};
     lz_tensor *x, *y;
-    int64_t nx = 1, ny = 1;
-    for (int d = 0; d < s->input_ndim; d++) nx *= s->input_shape[d];
-    for (int d = 0; d < s->target_ndim; d++) ny *= s->target_shape[d];
-    int64_t *lab = malloc(sizeof *lab * (size_t)(nx > ny ? nx : ny));
-    if (s->input_dtype == LZ_F32) {
-        x = lz_test_rand(1, -1, 1, s->input_ndim, s->input_shape);
-    } else {
-        for (int64_t i = 0; i < nx; i++) lab[i] = (i * 7919) % s->num_classes;
-        x = lz_from_host(lab, LZ_I64, s->input_ndim, s->input_shape);
-    }
-    for (int64_t i = 0; i < ny; i++) lab[i] = (i * 31) % s->num_classes;
-    y = lz_from_host(lab, LZ_I64, s->target_ndim, s->target_shape);
-    free(lab);
+    lz_test_model_batch(s, 1, &x, &y);
     for (int step = 0; step < 1; step++) {
         lz_tensor *in[2] = {x, y}, *out[1] = {NULL};
         lz_scope_begin();
