@@ -226,29 +226,10 @@ static void case_refused(void)
     CHECK(strstr(text, "LZ_DNNL_CONV='3' is not one of 0|1|2|tune; using the default 1"));
 }
 
-static int run_case(const char *name, void (*fn)(void))
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        fn();
-        int rc = lz_test_done();
-        lz_shutdown();
-        fflush(stdout);
-        _exit(rc);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) return 1;
-    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    printf("%s: %s\n", name, ok ? "ok" : "FAILED");
-    return !ok;
-}
-
 int main(void)
 {
-    int failed = run_case("set", case_set) + run_case("unset", case_unset)
-               + run_case("refused", case_refused);
+    int failed = lz_test_case_in_child("set", case_set) + lz_test_case_in_child("unset", case_unset)
+               + lz_test_case_in_child("refused", case_refused);
     printf("%s\n", failed ? "FAILED" : "all cases passed");
     return failed != 0;
 }

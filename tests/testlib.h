@@ -71,6 +71,10 @@ typedef struct lz_test_trainer {
     lz_sgd *opt;
 } lz_test_trainer;
 int lz_test_sgd_step(void *ctx, lz_tensor *const *in, lz_tensor **out);
+/* Runs fn in a child process, with checks of its own, then lz_shutdown;
+   prints "name: ok" or "name: FAILED". 1 when it failed. For cases that
+   need a fresh library (settings read once, a device chosen once). */
+int lz_test_case_in_child(const char *name, void (*fn)(void));
 /* SGD (momentum 0.9) over the model's trainable parameters. */
 lz_sgd *lz_test_model_sgd(lz_model *m, float lr);
 /* A batch of the model's spec: inputs uniform in [-1, 1] (or token ids),
