@@ -49,19 +49,25 @@ static int by_value(const void *a, const void *b)
 /* The median over ROUNDS of the CPU time the process used during an idle
    pause right after a kernel's parallel region, in ms (the median: a
    page fault or a free on a loaded machine may cost one pause a little;
-   a spinning worker costs every pause milliseconds). */
+   a spinning worker costs every pause milliseconds). Only pauses with the
+   workers parked count: on a loaded machine a kernel can take
+   LZ_OMP_LONG_RUN_MS, and then they poll, as designed, for the next
+   LZ_OMP_LINGER_MS. -1 when too few pauses had them parked. */
 static double idle_cpu_ms(lz_tensor *x)
 {
     double each[ROUNDS];
-    for (int r = 0; r < ROUNDS; r++) {
+    int n = 0;
+    for (int r = 0; r < 4 * ROUNDS && n < ROUNDS; r++) {
         lz_scope_begin();
         CHECK(run_kernel(x) == 0);
         lz_scope_end();
         CHECK(lz_wait() == 0);
+        const int parked = lz_omp_quiet_workers() > 0;
         double c0 = cpu_ms();
         nanosleep(&(struct timespec){0, IDLE_MS * 1000000L}, NULL);
-        each[r] = cpu_ms() - c0;
+        if (parked) each[n++] = cpu_ms() - c0;
     }
+    if (n < ROUNDS) return -1;
     qsort(each, ROUNDS, sizeof *each, by_value);
     return each[ROUNDS / 2];
 }
@@ -142,9 +148,14 @@ int main(int argc, char **argv)
     /* libgomp's default alone polls 300000 times per wait, milliseconds
        per worker and pause; with the parked workers it polls 100 times */
     double idle = idle_cpu_ms(x);
-    printf("CPU time in an idle pause of %d ms after a kernel: %.3f ms (median of %d)\n", IDLE_MS,
-           idle, ROUNDS);
-    CHECK(idle < 0.25);
+    if (idle < 0) {
+        printf("kernels took %.0f ms or more in most rounds on this machine: idle pauses not checked\n",
+               LZ_OMP_LONG_RUN_MS);
+    } else {
+        printf("CPU time in an idle pause of %d ms after a kernel: %.3f ms (median of %d)\n", IDLE_MS,
+               idle, ROUNDS);
+        CHECK(idle < 0.25);
+    }
     long_programs_let_workers_poll(x, parked);
 
     /* lz_shutdown ends them; the next execution parks them again */

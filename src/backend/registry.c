@@ -85,11 +85,10 @@ const lz_backend *lz_backend_load(const char *name, const lz_backend_host *host)
     }
     const lz_backend *b = NULL;
     const char *why = open_fn(host, &b);
-    if (why || !b) {
-        lz_errorf("backend '%s' refused to start: %s", name, why ? why : "it gave no table");
-        dlclose(lib);
-        return NULL;
-    }
-    /* never closed: its table lives as long as the process */
+    /* never closed, even when it refused: its open may have started
+       libraries (the CUDA runtime, cuDNN and their C++ runtime) that do
+       not unload cleanly; what they allocated at load would read as leaked */
+    if (why || !b)
+        return lz_errorf("backend '%s' refused to start: %s", name, why ? why : "it gave no table");
     return b;
 }
