@@ -251,6 +251,13 @@ typedef struct lz_conv2d_opts {
 } lz_conv2d_opts;
 /* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL. */
 LZ_API lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts opts);
+/* Transposed convolution, as torch.nn.functional.conv_transpose2d: x
+   [N, C, H, W], w [C, O/groups, KH, KW], b [O] or NULL; output [N, O, HO,
+   WO], HO = (H - 1) stride - 2 padding + dilation (KH - 1) + output_padding
+   + 1. output_padding may be NULL (0, 0); each below its stride or its
+   dilation, as torch asks. The gradient of lz_conv2d's input, run forward. */
+LZ_API lz_tensor *lz_conv_transpose2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts opts,
+                                      const int *output_padding);
 
 typedef struct lz_pool2d_opts {
     int kernel[2], stride[2], padding[2];     /* stride 0: equal to kernel */

@@ -111,6 +111,7 @@ _SIGS = {
     "lz_log_softmax": (T, [T, ctypes.c_int]),
     "lz_cross_entropy": (T, [T, T]),
     "lz_conv2d": (T, [T, T, T, Conv2dOpts]),
+    "lz_conv_transpose2d": (T, [T, T, T, Conv2dOpts, intp]),
     "lz_max_pool2d": (T, [T, Pool2dOpts]),
     "lz_avg_pool2d": (T, [T, Pool2dOpts]),
     "lz_adaptive_avg_pool2d": (T, [T, ctypes.c_int, ctypes.c_int]),

@@ -323,6 +323,17 @@ def test_normalize_zero_vector():
     assert_parity("normalize-zero-row", m, x, torch.randint(0, 3, (6,)), "sgd", steps=3)
 
 
+def test_conv_transpose():
+    """A decoder's upsampling: ConvTranspose2d with stride, padding,
+    output padding and groups, and one with dilation and no bias."""
+    torch.manual_seed(6)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
+                      nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2), nn.ReLU(),
+                      nn.ConvTranspose2d(6, 4, (2, 3), dilation=2, bias=False),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+    assert_parity("conv-transpose", m, r(2, 3, 9, 9), torch.randint(0, 5, (2,)), "sgd", steps=3)
+
+
 class _ZeroedBias(nn.Module):
     """torchvision swin v2's qkv bias: a clone with its middle third
     zeroed in place (aten::zero once functionalised)."""

@@ -182,6 +182,8 @@ static void single_ops(void)
                                                   .ceil_mode = 1, .count_include_pad = 0});
     outs[n++] = lz_max_pool2d(x, (lz_pool2d_opts){.kernel = {2, 2}, .ceil_mode = 1});
     outs[n++] = lz_adaptive_avg_pool2d(x, 4, 3);
+    outs[n++] = lz_conv_transpose2d(x, lz_test_rand(12, -1, 1, 4, (int64_t[]){3, 2, 3, 3}), NULL,
+                                    (lz_conv2d_opts){.stride = {2, 2}, .padding = {1, 1}}, (const int[]){1, 1});
     outs[n++] = lz_hardtanh(x, -0.5f, 0.25f);
     outs[n++] = lz_slice(x, 2, 1, 4);
     lz_tensor *parts[3] = {x, lz_relu(x), x};

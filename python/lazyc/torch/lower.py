@@ -744,18 +744,28 @@ def _pair(v):
     return v * 2 if len(v) == 1 else v
 
 
-@lowers(aten.convolution.default, args=("input", "weight", "bias", "stride", "padding", "dilation", "output_padding",
-                                        "groups"),
-        check=lambda n: None if len(_val(n).shape) == 4 else "only 2-d convolutions")
+def _conv_check(n):
+    if len(_val(n).shape) != 4:
+        return "only 2-d convolutions"
+    if _bound_value(n, "transposed") and any(
+            p >= s for p, s in zip(_pair(_bound_value(n, "output_padding")), _pair(_bound_value(n, "stride")))):
+        return "a transposed convolution's output padding at or above its stride (torch allows it below the dilation)"
+    return None
+
+
+@lowers(aten.convolution.default, args=("input", "weight", "bias", "stride", "padding", "dilation", "transposed",
+                                        "output_padding", "groups"), check=_conv_check)
 def _conv(cx, node, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
 
-    if transposed or lib.lz_ndim(x) != 4:
-        raise Unsupported("aten.convolution (only 2-d, not transposed)")   # arg_problems says so first
+    if lib.lz_ndim(x) != 4:
+        raise Unsupported("aten.convolution (only 2-d)")   # arg_problems says so first
     o = Conv2dOpts()
     o.stride[:] = _pair(stride)
     o.padding[:] = _pair(padding)
     o.dilation[:] = _pair(dilation)
     o.groups = groups
+    if transposed:
+        return cx.op("lz_conv_transpose2d", x, w, b, o, int_arg(_pair(output_padding)))
     return cx.op("lz_conv2d", x, w, b, o)
 
 
