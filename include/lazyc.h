@@ -254,8 +254,9 @@ LZ_API lz_tensor *lz_conv2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_
 /* Transposed convolution, as torch.nn.functional.conv_transpose2d: x
    [N, C, H, W], w [C, O/groups, KH, KW], b [O] or NULL; output [N, O, HO,
    WO], HO = (H - 1) stride - 2 padding + dilation (KH - 1) + output_padding
-   + 1. output_padding may be NULL (0, 0); each below its stride or its
-   dilation, as torch asks. The gradient of lz_conv2d's input, run forward. */
+   + 1. output_padding may be NULL (0, 0); each must be below its stride
+   (torch also takes one below the dilation). The gradient of lz_conv2d's
+   input, run forward. */
 LZ_API lz_tensor *lz_conv_transpose2d(lz_tensor *x, lz_tensor *w, lz_tensor *b, lz_conv2d_opts opts,
                                       const int *output_padding);
 

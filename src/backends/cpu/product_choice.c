@@ -116,8 +116,8 @@ static void peaks_locked(int may_measure)
 
 /* Measures the peaks now and keeps, of each, the best rate seen on this
    machine: load on a shared machine only ever lowers a rate, and a pair
-   once measured under load (sgemm hit harder than AMX: 89 against 248
-   GFLOP/s) would otherwise stand in the file for good. Under lock. */
+   once measured under load (sgemm hit harder than AMX: 89 against 320
+   GFLOP/s quiet) would otherwise stand in the file for good. Under lock. */
 static void peaks_remeasure_locked(void)
 {
     peaks_locked(0);
